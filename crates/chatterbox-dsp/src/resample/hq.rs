@@ -1,0 +1,122 @@
+//! A general high-quality resampler for audio at any input rate, built on rubato's synchronous
+//! FFT resampler. It stands in for librosa's `soxr_hq`, which `librosa.load(sr=...)` uses in the
+//! reference; the parity table reports its SNR against soxr (a different filter, not a port).
+use super::gcd;
+use crate::error::{check_signal, DspError, Result};
+use audioadapter_buffers::direct::InterleavedSlice;
+use rubato::{Fft, FixedSync, Resampler, WindowFunction};
+
+/// FFT block length on the lower-rate side. rubato sizes its anti-aliasing filter to the block
+/// so that the stopband starts at the lower Nyquist frequency; about 300 samples puts the
+/// passband edge near 0.91 of Nyquist, the `soxr_hq` specification (passband 0.913, stopband
+/// 1.0), which makes the two agree to 66-74 dB SNR on speech with broadband noise (parity
+/// table), against 42-48 dB for rubato's default (much sharper) block size.
+const LOW_SIDE_BLOCK: usize = 300;
+/// A reusable fixed-ratio resampler. Output length is the same as `librosa.resample`'s, and the filter delay is removed so output and input line up.
+pub struct HqResampler {
+    from_hz: u32,
+    to_hz: u32,
+    inner: Option<Fft<f32>>,
+}
+
+impl std::fmt::Debug for HqResampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HqResampler")
+            .field("from_hz", &self.from_hz)
+            .field("to_hz", &self.to_hz)
+            .finish()
+    }
+}
+
+impl HqResampler {
+    /// Plans a resampler from `from_hz` to `to_hz`.
+    pub fn new(from_hz: u32, to_hz: u32) -> Result<Self> {
+        for (what, hz) in [
+            ("resample source rate", from_hz),
+            ("resample target rate", to_hz),
+        ] {
+            if hz == 0 {
+                return Err(DspError::UnsupportedSampleRate {
+                    what: what.into(),
+                    got: 0,
+                    expected: None,
+                });
+            }
+        }
+        let inner = if from_hz == to_hz {
+            None
+        } else {
+            let g = gcd(from_hz, to_hz) as usize;
+            let (min_in, min_out) = (from_hz as usize / g, to_hz as usize / g);
+            let mut blocks = (LOW_SIDE_BLOCK as f64 / min_in.min(min_out) as f64)
+                .round()
+                .max(1.0) as usize;
+            // Both FFT sizes must be even, or the filter's centre falls between samples and the
+            // delay rubato trims is off by half a sample.
+            if (blocks * min_in) % 2 == 1 || (blocks * min_out) % 2 == 1 {
+                blocks += 1;
+            }
+            let chunk = blocks * min_in;
+            Some(
+                Fft::<f32>::new_custom(
+                    from_hz as usize,
+                    to_hz as usize,
+                    chunk,
+                    1,
+                    1,
+                    WindowFunction::BlackmanHarris2,
+                    FixedSync::Both,
+                )
+                .map_err(|e| DspError::Resampler(e.to_string()))?,
+            )
+        };
+        Ok(Self {
+            from_hz,
+            to_hz,
+            inner,
+        })
+    }
+
+    /// Source rate in Hz.
+    pub fn from_hz(&self) -> u32 {
+        self.from_hz
+    }
+
+    /// Target rate in Hz.
+    pub fn to_hz(&self) -> u32 {
+        self.to_hz
+    }
+
+    /// Output length for `n` input samples: `ceil(n * (to / from))` evaluated in `f64` exactly
+    /// as `librosa.resample` does (so 44100 samples at 44.1 kHz give 24001 at 24 kHz).
+    pub fn output_len(&self, n: usize) -> usize {
+        (n as f64 * (self.to_hz as f64 / self.from_hz as f64)).ceil() as usize
+    }
+
+    /// Resamples a whole mono clip.
+    pub fn process(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        check_signal("resample input", x)?;
+        let want = self.output_len(x.len());
+        let Some(inner) = self.inner.as_mut() else {
+            return Ok(x.to_vec());
+        };
+        let err = |e: &dyn std::fmt::Display| DspError::Resampler(e.to_string());
+        inner.reset();
+        let mut out = vec![0f32; inner.process_all_needed_output_len(x.len())];
+        let cap = out.len();
+        let input = InterleavedSlice::new(x, 1, x.len()).map_err(|e| err(&e))?;
+        let mut output = InterleavedSlice::new_mut(&mut out, 1, cap).map_err(|e| err(&e))?;
+        let (_, n_out) = inner
+            .process_all_into_buffer(&input, &mut output, x.len(), None)
+            .map_err(|e| err(&e))?;
+        out.truncate(n_out);
+        out.resize(want, 0.0);
+        Ok(out)
+    }
+}
+
+/// Resamples a mono clip from `from_hz` to `to_hz` (plans a new [`HqResampler`]; reuse one
+/// for many clips at the same rates).
+pub fn resample(x: &[f32], from_hz: u32, to_hz: u32) -> Result<Vec<f32>> {
+    HqResampler::new(from_hz, to_hz)?.process(x)
+}

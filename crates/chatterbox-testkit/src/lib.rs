@@ -1,0 +1,19 @@
+//! Shared test infrastructure of chatterbox-rs: parity fixtures recorded from the Python
+//! reference (`parity/`), the comparisons that judge them, and benchmark records.
+//!
+//! Not a part of the inference API: the model crates use it only as a dev-dependency, and
+//! `cargo xtask` reads the rows it writes. The fixture format is documented in `docs/parity.md`.
+
+mod array;
+mod bench;
+mod compare;
+mod error;
+mod fixture;
+mod suite;
+
+pub use array::{Actual, Array};
+pub use bench::{black_box, time_it, BenchRecord, Timing};
+pub use compare::{compare, Check, Tolerance};
+pub use error::{Error, Result};
+pub use fixture::{fixtures_root, Fixture, Meta};
+pub use suite::{Row, Status, Suite};

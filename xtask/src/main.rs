@@ -1,0 +1,42 @@
+//! `cargo xtask`: the project's tasks (parity against the Python reference, benchmarks).
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+mod bench;
+mod parity;
+mod venv;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "chatterbox-rs project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compare every crate against fixtures recorded from the Python reference (no Python
+    /// needed), or with `--record` rebuild the reference virtualenv and re-record them first.
+    Parity(parity::ParityArgs),
+    /// Benchmark a group of stages, Rust against the PyTorch reference on this machine, and
+    /// write the JSON record with ratios.
+    Bench(bench::BenchArgs),
+}
+
+/// The workspace root (the parent of this crate's folder).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Parity(args) => parity::run(args)?,
+        Command::Bench(args) => bench::run(args)?,
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,156 @@
+//! `cargo xtask parity`: run every crate's parity suite (its `tests/parity.rs`) against the
+//! recorded fixtures and print one table; `--record` first re-records them from the reference.
+use anyhow::{Context, Result};
+use chatterbox_testkit::{Row, Status};
+use std::path::PathBuf;
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct ParityArgs {
+    /// Re-record fixtures from the Python reference first (builds `parity/.venv` if needed).
+    #[arg(long)]
+    record: bool,
+    /// Only this component, kind, `component/case` prefix or case prefix.
+    #[arg(long)]
+    only: Option<String>,
+    /// Seed for the recorders' random inputs and weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where `--record` writes fixtures (default: the committed `parity/fixtures`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Where comparisons read fixtures from (default: `--out`, else `parity/fixtures`).
+    #[arg(long)]
+    fixtures: Option<PathBuf>,
+    /// Also record the full-size cases (large; never commit them).
+    #[arg(long)]
+    full: bool,
+    /// pip requirement for the reference package (default: the shared wheel, else upstream git
+    /// at 5de7a54; also `$CHATTERBOX_REFERENCE`).
+    #[arg(long)]
+    reference: Option<String>,
+    /// Stop after the first crate with a failing row.
+    #[arg(long)]
+    first_fail: bool,
+    /// Print only failing rows and the summary.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parity_crates() -> Result<Vec<String>> {
+    let dir = crate::root().join("crates");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.join("tests/parity.rs").exists() {
+            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn record(args: &ParityArgs, out: &PathBuf) -> Result<()> {
+    let reference = crate::venv::reference_source(args.reference.as_deref());
+    let python = crate::venv::ensure(&reference)?;
+    let mut cmd = Command::new(python);
+    cmd.arg(crate::root().join("parity/record.py"))
+        .arg("--seed")
+        .arg(args.seed.to_string())
+        .arg("--out")
+        .arg(out)
+        .env("PYTHONUNBUFFERED", "1");
+    if let Some(only) = &args.only {
+        cmd.arg("--only").arg(only);
+    }
+    if args.full {
+        cmd.arg("--full");
+    }
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().context("cannot start the recorder")?;
+    anyhow::ensure!(status.success(), "recording failed ({status})");
+    Ok(())
+}
+
+pub fn run(args: ParityArgs) -> Result<i32> {
+    let root = crate::root();
+    let committed = root.join("parity/fixtures");
+    let out = args.out.clone().unwrap_or_else(|| committed.clone());
+    if args.record {
+        record(&args, &out)?;
+    }
+    let fixtures = args
+        .fixtures
+        .clone()
+        .or_else(|| args.out.clone())
+        .unwrap_or(committed);
+    let fixtures = std::fs::canonicalize(&fixtures).unwrap_or(fixtures);
+    let report_dir = root.join("target/parity");
+    std::fs::create_dir_all(&report_dir)?;
+
+    let mut rows: Vec<Row> = Vec::new();
+    println!("{}", Row::header());
+    for krate in parity_crates()? {
+        let report = report_dir.join(format!("{krate}.jsonl"));
+        let _ = std::fs::remove_file(&report);
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(&root)
+            .args(["test", "--quiet", "--package", &krate, "--test", "parity"])
+            .env("CHATTERBOX_FIXTURES", &fixtures)
+            .env("CHATTERBOX_PARITY_REPORT", &report);
+        if let Some(only) = &args.only {
+            cmd.env("CHATTERBOX_PARITY_ONLY", only);
+        }
+        let output = cmd
+            .output()
+            .with_context(|| format!("running parity tests of {krate}"))?;
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        let mut crate_rows: Vec<Row> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if crate_rows.is_empty() && !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+            crate_rows.push(Row {
+                component: krate.trim_start_matches("chatterbox-").to_string(),
+                case: "(build or run)".into(),
+                max_abs: f64::INFINITY,
+                max_rel: f64::INFINITY,
+                snr_db: None,
+                tolerance: "-".into(),
+                status: Status::Fail,
+                note: Some(format!(
+                    "cargo test failed:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )),
+                ms: 0.0,
+            });
+        }
+        for r in &crate_rows {
+            if !args.quiet || !r.passed() {
+                println!("{}", r.line());
+            }
+        }
+        let failed = crate_rows.iter().any(|r| !r.passed());
+        rows.extend(crate_rows);
+        if failed && args.first_fail {
+            break;
+        }
+    }
+    let failed = rows.iter().filter(|r| !r.passed()).count();
+    println!(
+        "\n{} rows: {} pass, {} fail or missing (fixtures: {})",
+        rows.len(),
+        rows.len() - failed,
+        failed,
+        fixtures.display()
+    );
+    if rows.is_empty() {
+        println!("no parity rows ran: check --only");
+        return Ok(1);
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
