@@ -15,8 +15,10 @@ sys.path.insert(0, HERE)
 
 from common import Recorder  # noqa: E402
 
-# One module per component under parity/recorders/, each with `COMPONENT` and `record(rec)`.
-RECORDERS = ["dsp"]
+# One module per component under parity/recorders/, each with `COMPONENT` and `record(rec)`;
+# every module there is run, in name order.
+RECORDERS = sorted(f[:-3] for f in os.listdir(os.path.join(HERE, "recorders"))
+                   if f.endswith(".py") and not f.startswith("_"))
 
 
 def main():
@@ -29,8 +31,13 @@ def main():
     torch.set_num_threads(2)
     rec = Recorder(a.out, a.seed, a.only, a.full)
     t0 = time.time()
-    for name in RECORDERS:
-        mod = importlib.import_module(f"recorders.{name}")
+    mods = [importlib.import_module(f"recorders.{name}") for name in RECORDERS]
+    # `--only COMPONENT[/case]` runs that component's recorder alone; a kind or case prefix
+    # runs every recorder and each keeps the cases `rec.want` selects.
+    head = (a.only or "").split("/")[0]
+    if head in {m.COMPONENT for m in mods}:
+        mods = [m for m in mods if m.COMPONENT == head]
+    for mod in mods:
         print(f"[{mod.COMPONENT}]", flush=True)
         torch.manual_seed(a.seed)
         mod.record(rec)

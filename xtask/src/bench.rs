@@ -6,12 +6,35 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Bench groups: (group, crate, bench target, reference script under `parity/bench/`).
-const GROUPS: &[(&str, &str, &str, &str)] = &[("dsp", "chatterbox-dsp", "dsp", "dsp.py")];
+/// Bench groups are found in the tree: a group `G` is a `crates/<crate>/benches/G.rs` (a
+/// `harness = false` bench that appends [`BenchRecord`] lines to `$CHATTERBOX_BENCH_OUT`),
+/// optionally with `parity/bench/G.py` timing the reference on the same shapes.
+fn groups() -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(crate::root().join("crates"))? {
+        let dir = entry?.path();
+        let Some(krate) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+            continue;
+        };
+        let Ok(benches) = std::fs::read_dir(dir.join("benches")) else {
+            continue;
+        };
+        for b in benches {
+            let p = b?.path();
+            if p.extension().is_some_and(|e| e == "rs") {
+                if let Some(stem) = p.file_stem().and_then(|s| s.to_str()) {
+                    out.push((stem.to_string(), krate.clone()));
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Group to run: one of `dsp`.
+    /// Group to run (a `crates/*/benches/GROUP.rs`), e.g. `dsp`.
     group: String,
     /// Where to write the merged JSON (default `target/bench/GROUP.json`).
     #[arg(long)]
@@ -65,14 +88,19 @@ fn cpu_model() -> String {
 }
 
 pub fn run(args: BenchArgs) -> Result<i32> {
-    let Some(&(group, krate, bench, script)) = GROUPS.iter().find(|g| g.0 == args.group) else {
-        let names: Vec<&str> = GROUPS.iter().map(|g| g.0).collect();
+    let all = groups()?;
+    let Some((group, krate)) = all.iter().find(|g| g.0 == args.group) else {
+        let names: Vec<&str> = all.iter().map(|g| g.0.as_str()).collect();
         bail!(
             "unknown bench group {:?}; known: {}",
             args.group,
             names.join(", ")
         );
     };
+    let (group, krate, bench) = (group.as_str(), krate.as_str(), group.as_str());
+    let script = crate::root()
+        .join("parity/bench")
+        .join(format!("{group}.py"));
     let root = crate::root();
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir)?;
@@ -93,9 +121,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
 
     if args.no_reference {
         eprintln!("reference skipped (--no-reference)");
+    } else if !script.exists() {
+        eprintln!("no {}: reference skipped", script.display());
     } else if let Some(python) = crate::venv::existing() {
         let mut cmd = Command::new(python);
-        cmd.arg(root.join("parity/bench").join(script))
+        cmd.arg(&script)
             .arg("--out")
             .arg(&ref_out)
             .arg("--threads")

@@ -42,39 +42,70 @@ fn main() -> anyhow::Result<()> {
             timing,
             shape: shape.into(),
         };
-        eprintln!("{stage:<34} {:>9.3} ms (median of {})", r.timing.median_ms, r.timing.iters);
+        eprintln!(
+            "{stage:<34} {:>9.3} ms (median of {})",
+            r.timing.median_ms, r.timing.iters
+        );
         records.push(r);
     };
     let x44 = signal(44_100, 37.7);
     let x24 = signal(24_000, 10.0);
     let x16 = signal(16_000, 10.0);
 
-    push("resample_hq_44k1_to_24k", "37.7 s @ 44.1 kHz", time_it(2, 10, 1.0, || {
-        black_box(resample(&x44, 44_100, 24_000).ok());
-    }));
-    push("resample_hq_44k1_to_16k", "37.7 s @ 44.1 kHz", time_it(2, 10, 1.0, || {
-        black_box(resample(&x44, 44_100, 16_000).ok());
-    }));
+    push(
+        "resample_hq_44k1_to_24k",
+        "37.7 s @ 44.1 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(resample(&x44, 44_100, 24_000).ok());
+        }),
+    );
+    push(
+        "resample_hq_44k1_to_16k",
+        "37.7 s @ 44.1 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(resample(&x44, 44_100, 16_000).ok());
+        }),
+    );
     let sinc = SincResampler::new(24_000, 16_000)?;
-    push("resample_sinc_24k_to_16k", "10 s @ 24 kHz", time_it(2, 10, 1.0, || {
-        black_box(sinc.process(&x24).ok());
-    }));
+    push(
+        "resample_sinc_24k_to_16k",
+        "10 s @ 24 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(sinc.process(&x24).ok());
+        }),
+    );
     let s3gen = S3GenMel::new(S3GenMelConfig::default())?;
-    push("s3gen_mel", "10 s @ 24 kHz", time_it(2, 10, 1.0, || {
-        black_box(s3gen.compute(&x24).ok());
-    }));
+    push(
+        "s3gen_mel",
+        "10 s @ 24 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(s3gen.compute(&x24).ok());
+        }),
+    );
     let ve = VoiceEncoderMel::new(VoiceEncoderMelConfig::default())?;
-    push("voice_encoder_mel", "10 s @ 16 kHz", time_it(2, 10, 1.0, || {
-        black_box(ve.compute(&x16).ok());
-    }));
+    push(
+        "voice_encoder_mel",
+        "10 s @ 16 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(ve.compute(&x16).ok());
+        }),
+    );
     let tok = S3TokenizerMel::new(128)?;
-    push("s3tokenizer_mel", "10 s @ 16 kHz", time_it(2, 10, 1.0, || {
-        black_box(tok.compute(&x16).ok());
-    }));
+    push(
+        "s3tokenizer_mel",
+        "10 s @ 16 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(tok.compute(&x16).ok());
+        }),
+    );
     let fbank = KaldiFbank::new(FbankOptions::campplus())?;
-    push("kaldi_fbank_campplus", "10 s @ 16 kHz", time_it(2, 10, 1.0, || {
-        black_box(fbank.compute(&x16).ok());
-    }));
+    push(
+        "kaldi_fbank_campplus",
+        "10 s @ 16 kHz",
+        time_it(2, 10, 1.0, || {
+            black_box(fbank.compute(&x16).ok());
+        }),
+    );
 
     let lines: Vec<String> = records
         .iter()
@@ -82,7 +113,10 @@ fn main() -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     match std::env::var_os("CHATTERBOX_BENCH_OUT") {
         Some(path) => {
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
             for l in &lines {
                 writeln!(f, "{l}")?;
             }

@@ -23,15 +23,22 @@ fn main() -> Result<()> {
     let mel = S3GenMel::new(cfg)?.compute(&audio.samples)?;
     let (bins, frames) = mel.shape();
 
-    let bytes: Vec<u8> = mel.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![bins, frames], &bytes)?;
+    let bytes: Vec<u8> = mel
+        .as_slice()
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![bins, frames], &bytes)?;
     safetensors::serialize_to_file([("mel", view)], None, &output)
         .with_context(|| format!("writing {}", output.display()))?;
 
     let (min, max) = mel
         .as_slice()
         .iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
     let mean = mel.as_slice().iter().sum::<f32>() / mel.as_slice().len() as f32;
     println!(
         "{}: {:.2} s at {} Hz -> log-mel {bins} x {frames} (min {min:.3}, max {max:.3}, mean {mean:.3}) -> {}",
