@@ -37,19 +37,34 @@ pub struct ParityArgs {
     quiet: bool,
 }
 
-fn parity_crates() -> Result<Vec<String>> {
+/// `(crate, test target)` for every `crates/<crate>/tests/parity*.rs`.
+fn parity_targets() -> Result<Vec<(String, String)>> {
     let dir = crate::root().join("crates");
-    let mut names = Vec::new();
+    let mut targets = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        if path.join("tests/parity.rs").exists() {
-            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
-                names.push(name.to_string());
+        let Some(krate) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let Ok(tests) = std::fs::read_dir(path.join("tests")) else {
+            continue;
+        };
+        for t in tests {
+            let p = t?.path();
+            let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if stem.starts_with("parity") && p.extension().is_some_and(|e| e == "rs") {
+                targets.push((krate.clone(), stem.to_string()));
             }
         }
     }
-    names.sort();
-    Ok(names)
+    targets.sort();
+    Ok(targets)
 }
 
 fn record(args: &ParityArgs, out: &PathBuf) -> Result<()> {
@@ -92,12 +107,12 @@ pub fn run(args: ParityArgs) -> Result<i32> {
 
     let mut rows: Vec<Row> = Vec::new();
     println!("{}", Row::header());
-    for krate in parity_crates()? {
-        let report = report_dir.join(format!("{krate}.jsonl"));
+    for (krate, target) in parity_targets()? {
+        let report = report_dir.join(format!("{krate}-{target}.jsonl"));
         let _ = std::fs::remove_file(&report);
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&root)
-            .args(["test", "--quiet", "--package", &krate, "--test", "parity"])
+            .args(["test", "--quiet", "--package", &krate, "--test", &target])
             .env("CHATTERBOX_FIXTURES", &fixtures)
             .env("CHATTERBOX_PARITY_REPORT", &report);
         if let Some(only) = &args.only {

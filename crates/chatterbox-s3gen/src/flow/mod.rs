@@ -1,0 +1,1 @@
+//! The token-to-mel flow (issue in progress).
