@@ -3,6 +3,7 @@
 pub mod audio;
 mod error;
 pub mod features;
+mod math;
 mod matrix;
 mod mel;
 pub mod resample;

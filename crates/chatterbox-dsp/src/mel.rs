@@ -102,6 +102,15 @@ impl MelFilterbank {
         Ok(Self { n_freq, filters })
     }
 
+    /// Number of leading spectrum bins any filter reads (bins above it have zero weight).
+    pub fn used_bins(&self) -> usize {
+        self.filters
+            .iter()
+            .map(|(start, w)| start + w.len())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Number of filters.
     pub fn n_mels(&self) -> usize {
         self.filters.len()

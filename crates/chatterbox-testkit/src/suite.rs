@@ -266,6 +266,7 @@ impl Suite {
 
     /// Runs the suite, prints the table, appends JSON lines to `$CHATTERBOX_PARITY_REPORT` when
     /// set, and panics (failing the test) if any row is not a pass.
+    #[allow(clippy::panic)] // called from #[test] functions: panicking is how a test fails
     pub fn run_and_assert(&self) {
         let rows = self.run();
         println!("{}", Row::header());

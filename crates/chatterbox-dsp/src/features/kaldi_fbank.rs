@@ -162,7 +162,7 @@ fn mel_banks(
 impl KaldiFbank {
     /// Plans the features for `opts`.
     pub fn new(opts: FbankOptions) -> Result<Self> {
-        if !(opts.sample_frequency > 0.0) {
+        if opts.sample_frequency.is_nan() || opts.sample_frequency <= 0.0 {
             return Err(DspError::UnsupportedSampleRate {
                 what: "kaldi fbank".into(),
                 got: opts.sample_frequency.max(0.0) as u32,
@@ -260,41 +260,42 @@ impl KaldiFbank {
         let mut power = vec![0f32; spec.len()];
         let mut scratch = self.fft.make_scratch_vec();
         let ws = self.window_size;
-        let eps = f32::EPSILON;
         for t in 0..n_frames {
             let src = &wav[t * self.window_shift..t * self.window_shift + ws];
-            frame[..ws].copy_from_slice(src);
-            if self.opts.remove_dc_offset {
-                let mean = (src.iter().map(|&v| v as f64).sum::<f64>() / ws as f64) as f32;
-                frame[..ws].iter_mut().for_each(|v| *v -= mean);
-            }
+            let mean = if self.opts.remove_dc_offset {
+                (src.iter().map(|&v| v as f64).sum::<f64>() / ws as f64) as f32
+            } else {
+                0.0
+            };
+            // pre-emphasis with the first sample replicated: y[i] = x[i] - p * x[i - 1]
             let p = self.opts.preemphasis_coefficient;
-            if p != 0.0 {
-                for i in (1..ws).rev() {
-                    frame[i] -= p * frame[i - 1];
-                }
-                frame[0] -= p * frame[0];
-            }
-            for (v, w) in frame[..ws].iter_mut().zip(&self.window) {
-                *v *= w;
+            let first = src[0] - mean;
+            frame[0] = (first - p * first) * self.window[0];
+            for i in 1..ws {
+                let cur = src[i] - mean;
+                let prev = src[i - 1] - mean;
+                frame[i] = (cur - p * prev) * self.window[i];
             }
             frame[ws..].iter_mut().for_each(|v| *v = 0.0);
             self.fft
                 .process_with_scratch(&mut frame, &mut spec, &mut scratch)
                 .map_err(|e| invalid("fbank fft", e.to_string()))?;
-            for (p, s) in power.iter_mut().zip(&spec) {
-                let a = s.norm();
-                *p = if self.opts.use_power { a * a } else { a };
+            if self.opts.use_power {
+                for (p, s) in power.iter_mut().zip(&spec) {
+                    *p = s.re * s.re + s.im * s.im;
+                }
+            } else {
+                for (p, s) in power.iter_mut().zip(&spec) {
+                    *p = (s.re * s.re + s.im * s.im).sqrt();
+                }
             }
             let row = out.row_mut(t);
             for ((start, w), o) in self.banks.iter().zip(row.iter_mut()) {
-                let e: f32 = w.iter().zip(&power[*start..]).map(|(a, b)| a * b).sum();
-                *o = if self.opts.use_log_fbank {
-                    e.max(eps).ln()
-                } else {
-                    e
-                };
+                *o = w.iter().zip(&power[*start..]).map(|(a, b)| a * b).sum();
             }
+        }
+        if self.opts.use_log_fbank {
+            crate::math::ln_clamped(out.as_mut_slice(), f32::EPSILON);
         }
         if self.opts.subtract_mean {
             for c in 0..nb {

@@ -89,15 +89,15 @@ impl S3GenMel {
         let n_frames = self.stft.num_frames(padded.len());
         let mut out = Matrix::zeros(self.mel.n_mels(), n_frames);
         let mut mag = vec![0f32; self.stft.n_freq()];
+        let used = self.mel.used_bins();
         self.stft.for_each_frame(&padded, |t, bins| {
-            for (m, b) in mag.iter_mut().zip(bins) {
+            // bins above the last filter's span never reach the output
+            for (m, b) in mag[..used].iter_mut().zip(bins) {
                 *m = (b.re * b.re + b.im * b.im + 1e-9).sqrt();
             }
             self.mel.apply_to_column(&mag, &mut out, t);
         })?;
-        for v in out.as_mut_slice() {
-            *v = v.max(1e-5).ln();
-        }
+        crate::math::ln_clamped(out.as_mut_slice(), 1e-5);
         Ok(out)
     }
 }

@@ -43,22 +43,18 @@ impl S3TokenizerMel {
         let n_frames = self.num_frames(wav.len());
         let mut out = Matrix::zeros(self.mel.n_mels(), n_frames);
         let mut power = vec![0f32; self.stft.n_freq()];
+        let used = self.mel.used_bins();
         self.stft.for_each_frame(wav, |t, bins| {
             if t < n_frames {
-                for (p, b) in power.iter_mut().zip(bins) {
-                    let a = b.norm();
-                    *p = a * a;
+                for (p, b) in power.iter_mut().zip(&bins[..used]) {
+                    *p = b.re * b.re + b.im * b.im;
                 }
                 self.mel.apply_to_column(&power, &mut out, t);
             }
         })?;
         let data = out.as_mut_slice();
-        let mut max = f32::NEG_INFINITY;
-        for v in data.iter_mut() {
-            *v = v.max(1e-10).log10();
-            max = max.max(*v);
-        }
-        let floor = max - 8.0;
+        crate::math::log10_clamped(data, 1e-10);
+        let floor = data.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) - 8.0;
         for v in data.iter_mut() {
             *v = (v.max(floor) + 4.0) / 4.0;
         }

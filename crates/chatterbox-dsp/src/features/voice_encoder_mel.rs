@@ -85,10 +85,17 @@ impl VoiceEncoderMel {
         let mut out = Matrix::zeros(self.mel.n_mels(), n_frames);
         let mut mag = vec![0f32; self.stft.n_freq()];
         let power = self.cfg.mel_power;
+        let used = self.mel.used_bins();
         self.stft.for_each_frame(wav, |t, bins| {
-            for (m, b) in mag.iter_mut().zip(bins) {
-                let a = b.norm();
-                *m = if power == 2.0 { a * a } else { a.powf(power) };
+            let bins = &bins[..used];
+            if power == 2.0 {
+                for (m, b) in mag.iter_mut().zip(bins) {
+                    *m = b.re * b.re + b.im * b.im;
+                }
+            } else {
+                for (m, b) in mag.iter_mut().zip(bins) {
+                    *m = b.norm().powf(power);
+                }
             }
             self.mel.apply_to_column(&mag, &mut out, t);
         })?;

@@ -107,22 +107,35 @@ impl SincResampler {
             return Ok(x.to_vec());
         }
         let n = x.len();
-        // zero-pad (width, width + orig), then a strided convolution
-        let mut padded = vec![0f32; n + 2 * self.width + self.orig];
-        padded[self.width..self.width + n].copy_from_slice(x);
-        let n_blocks = (padded.len() - self.taps) / self.orig + 1;
+        // torch zero-pads (width, width + orig) and runs a strided convolution: output
+        // `b * new + ph` is `kernel[ph] . padded[b * orig..b * orig + taps]`. Splitting the padded
+        // input into `orig` phase streams turns each tap into a contiguous multiply-add over all
+        // blocks, which vectorises.
+        let padded_len = n + 2 * self.width + self.orig;
+        let n_blocks = (padded_len - self.taps) / self.orig + 1;
         let target = self.output_len(n);
-        let mut out = Vec::with_capacity(target);
-        'outer: for b in 0..n_blocks {
-            let src = &padded[b * self.orig..b * self.orig + self.taps];
-            for ph in 0..self.new {
-                if out.len() == target {
-                    break 'outer;
+        let stream_len = n_blocks + self.taps.div_ceil(self.orig);
+        let mut streams = vec![0f32; self.orig * stream_len];
+        for (i, &v) in x.iter().enumerate() {
+            let p = i + self.width;
+            streams[(p % self.orig) * stream_len + p / self.orig] = v;
+        }
+        let mut acc = vec![0f32; n_blocks];
+        let mut out = vec![0f32; n_blocks * self.new];
+        for ph in 0..self.new {
+            acc.iter_mut().for_each(|a| *a = 0.0);
+            let kernel = &self.kernel[ph * self.taps..(ph + 1) * self.taps];
+            for (k, &c) in kernel.iter().enumerate() {
+                let stream = &streams[(k % self.orig) * stream_len + k / self.orig..];
+                for (a, &v) in acc.iter_mut().zip(&stream[..n_blocks]) {
+                    *a += c * v;
                 }
-                let k = &self.kernel[ph * self.taps..(ph + 1) * self.taps];
-                out.push(k.iter().zip(src).map(|(a, b)| a * b).sum());
+            }
+            for (b, &a) in acc.iter().enumerate() {
+                out[b * self.new + ph] = a;
             }
         }
+        out.truncate(target);
         Ok(out)
     }
 }
