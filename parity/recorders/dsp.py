@@ -162,7 +162,9 @@ def _resample(rec, c):
 
 def _decode(rec, c):
     # Encoded files are inputs (raw bytes); the expected output is what librosa.load(sr=None)
-    # returns: soundfile's float32 read, channels averaged.
+    # returns: soundfile's float32 read, channels averaged. Two inputs differ byte-wise on every
+    # recording (libsndfile writes a time stamp into the float WAV's PEAK chunk and a random Ogg
+    # stream serial number); their decoded samples do not.
     cases = [
         ("decode_wav_pcm16_mono", "WAV", "PCM_16", 16000, 1, ".wav"),
         ("decode_wav_pcmu8_mono", "WAV", "PCM_U8", 8000, 1, ".wav"),
