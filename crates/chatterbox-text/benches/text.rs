@@ -1,0 +1,126 @@
+//! `cargo xtask bench text`: the text front end over the parity corpus, one core, as JSON records
+//! (`CHATTERBOX_BENCH_OUT`, else stdout). `parity/bench/text.py` times the reference on the same
+//! lines with the same tokenizer files (`parity/fixtures/text/assets`).
+//!
+//! Japanese runs without a kanji reader on both sides (the reference with pykakasi made
+//! unimportable); chatterbox-kakasi's bench times the Japanese path with pykakasi's dictionary.
+use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_text::{
+    punc_norm, EnTokenizer, Language, MTLTokenizer, SentenceChunker, TurboTokenizer, Variant,
+};
+use std::io::Write;
+use std::path::Path;
+
+#[derive(serde::Deserialize)]
+struct Line {
+    lang: String,
+    text: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let assets = root.join("parity/fixtures/text/assets");
+    let corpus: Vec<Line> = std::fs::read_to_string(root.join("parity/corpus/text.jsonl"))?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let langs: Vec<Language> = corpus
+        .iter()
+        .map(|l| Language::parse(&l.lang))
+        .collect::<Result<_, _>>()?;
+    let shape = format!("corpus, {} lines", corpus.len());
+
+    let en = EnTokenizer::from_file(assets.join("en/tokenizer.json"))?;
+    let mtl = MTLTokenizer::from_file(assets.join("mtl/grapheme_mtl_merged_expanded_v1.json"))?;
+    let turbo = TurboTokenizer::from_dir(assets.join("turbo"))?;
+    let long: String = corpus
+        .iter()
+        .map(|l| l.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .repeat(10);
+    let chunker = SentenceChunker::new(250)?;
+
+    let mut records = Vec::new();
+    let mut push = |stage: &str, shape: &str, timing| {
+        let r = BenchRecord {
+            group: "text".into(),
+            stage: stage.into(),
+            implementation: "rust".into(),
+            device: "cpu".into(),
+            threads: 1,
+            timing,
+            shape: shape.into(),
+        };
+        eprintln!(
+            "{stage:<24} {:>9.3} ms (median of {})",
+            r.timing.median_ms, r.timing.iters
+        );
+        records.push(r);
+    };
+    push(
+        "punc_norm_3_variants",
+        &shape,
+        time_it(2, 10, 1.0, || {
+            for l in &corpus {
+                for v in [Variant::English, Variant::Multilingual, Variant::Turbo] {
+                    black_box(punc_norm(&l.text, v));
+                }
+            }
+        }),
+    );
+    push(
+        "en_text_tokens",
+        &shape,
+        time_it(2, 10, 1.0, || {
+            for l in &corpus {
+                black_box(en.encode(&punc_norm(&l.text, Variant::English)).ok());
+            }
+        }),
+    );
+    push(
+        "mtl_text_tokens",
+        &shape,
+        time_it(2, 10, 1.0, || {
+            for (l, lang) in corpus.iter().zip(&langs) {
+                let t = punc_norm(&l.text, Variant::Multilingual);
+                black_box(mtl.encode(&t, Some(*lang)).ok());
+            }
+        }),
+    );
+    push(
+        "turbo_text_tokens",
+        &shape,
+        time_it(2, 10, 1.0, || {
+            for l in &corpus {
+                black_box(turbo.encode(&punc_norm(&l.text, Variant::Turbo)).ok());
+            }
+        }),
+    );
+    push(
+        "chunk_250",
+        &format!("{} characters", long.chars().count()),
+        time_it(2, 10, 1.0, || {
+            black_box(chunker.chunk(&long));
+        }),
+    );
+
+    let lines: Vec<String> = records
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
+        Some(path) => {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            for l in &lines {
+                writeln!(f, "{l}")?;
+            }
+        }
+        None => lines.iter().for_each(|l| println!("{l}")),
+    }
+    Ok(())
+}

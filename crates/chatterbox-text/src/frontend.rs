@@ -1,0 +1,71 @@
+//! The text steps of `generate` in chatterbox/tts.py, mtl_tts.py and tts_turbo.py (upstream
+//! 5de7a54): `punc_norm`, then the variant's tokenizer.
+use crate::en_tokenizer::EnTokenizer;
+use crate::error::Result;
+use crate::language::Language;
+use crate::mtl_tokenizer::MTLTokenizer;
+use crate::punc_norm::{punc_norm_checked, Variant};
+use crate::turbo_tokenizer::TurboTokenizer;
+use std::path::Path;
+
+/// The text front end of one model variant.
+#[derive(Debug, Clone)]
+pub enum TextFrontend {
+    /// `ChatterboxTTS`: `tokenizer.json`.
+    English(EnTokenizer),
+    /// `ChatterboxMultilingualTTS`: `grapheme_mtl_merged_expanded_v1.json` (+ `Cangjie5_TC.json`).
+    Multilingual(MTLTokenizer),
+    /// `ChatterboxTurboTTS` / Nano: the GPT-2 tokenizer files.
+    Turbo(TurboTokenizer),
+}
+
+impl TextFrontend {
+    /// Loads the variant's tokenizer from a checkpoint directory.
+    pub fn from_checkpoint_dir(dir: impl AsRef<Path>, variant: Variant) -> Result<Self> {
+        let dir = dir.as_ref();
+        Ok(match variant {
+            Variant::English => Self::English(EnTokenizer::from_file(dir.join("tokenizer.json"))?),
+            Variant::Multilingual => {
+                Self::Multilingual(MTLTokenizer::from_file(dir.join(MTLTokenizer::VOCAB_FILE))?)
+            }
+            Variant::Turbo => Self::Turbo(TurboTokenizer::from_dir(dir)?),
+        })
+    }
+
+    /// Which variant this is.
+    pub fn variant(&self) -> Variant {
+        match self {
+            Self::English(_) => Variant::English,
+            Self::Multilingual(_) => Variant::Multilingual,
+            Self::Turbo(_) => Variant::Turbo,
+        }
+    }
+
+    /// `punc_norm` of the variant; [`TextError::EmptyText`](crate::TextError::EmptyText) for
+    /// empty or whitespace-only text.
+    pub fn normalize(&self, text: &str) -> Result<String> {
+        punc_norm_checked(text, self.variant())
+    }
+
+    /// Text token ids as `generate` computes them before T3: `punc_norm`, then the tokenizer
+    /// (with the language token for the multilingual model; `language` is ignored by the
+    /// others). The English and multilingual T3 then add `[START]` and `[STOP]` around them
+    /// (see [`TextFrontend::sot_eot`]); Turbo uses them as they are.
+    pub fn text_tokens(&self, text: &str, language: Option<Language>) -> Result<Vec<u32>> {
+        let text = self.normalize(text)?;
+        match self {
+            Self::English(t) => t.encode(&text),
+            Self::Multilingual(t) => t.encode(&text, language),
+            Self::Turbo(t) => t.encode(&text),
+        }
+    }
+
+    /// Ids of `[START]` and `[STOP]` for the grapheme tokenizers (`None` for Turbo).
+    pub fn sot_eot(&self) -> Option<(u32, u32)> {
+        match self {
+            Self::English(t) => Some((t.sot(), t.eot())),
+            Self::Multilingual(t) => Some((t.sot(), t.eot())),
+            Self::Turbo(_) => None,
+        }
+    }
+}
