@@ -1,0 +1,339 @@
+//! A row-oriented matrix product against a right-hand side packed once at load time:
+//! `out[r, :] = sum_c row(c, r) · B[c * chunk_len .. (c + 1) * chunk_len, :]`.
+//!
+//! The left-hand rows are given in chunks (`row(c, r)`, a slice of `chunk_len` values), so a
+//! convolution reads its input in place (one chunk per kernel tap) instead of building an
+//! im2col matrix, and the LSTM recurrence reads its hidden state directly. `B` is packed into
+//! panels of 16 columns (`k x 16` each), so the micro-kernel streams it sequentially; each call
+//! of the micro-kernel keeps up to 6 rows x 16 columns of accumulators in registers.
+use super::has_avx2_fma;
+
+/// Columns per panel (two AVX registers).
+pub(crate) const NR: usize = 16;
+/// Rows per micro-kernel call.
+pub(crate) const MR: usize = 6;
+
+/// A right-hand side `B` (`k x n`) packed into `ceil(n / 16)` panels of `k x 16` values
+/// (columns past `n` are zero).
+#[derive(Debug, Clone)]
+pub(crate) struct PackedB {
+    k: usize,
+    n: usize,
+    panels: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs `B[kk, j] = f(kk, j)`.
+    pub fn new(k: usize, n: usize, f: impl Fn(usize, usize) -> f32) -> Self {
+        let np = n.div_ceil(NR);
+        let mut panels = vec![0f32; np * k * NR];
+        for p in 0..np {
+            for kk in 0..k {
+                for jj in 0..NR.min(n - p * NR) {
+                    panels[(p * k + kk) * NR + jj] = f(kk, p * NR + jj);
+                }
+            }
+        }
+        Self { k, n, panels }
+    }
+
+    /// `w^T` for a row-major `(n, k)` weight `w` (a PyTorch `Linear`/LSTM weight).
+    pub fn from_weight(w: &[f32], n: usize, k: usize) -> Self {
+        Self::new(k, n, |kk, j| w[j * k + kk])
+    }
+}
+
+/// Left-hand values per k-block: a panel's slice of `B` (`KC x 16`, 20 KiB) and the 6 rows'
+/// values (7.5 KiB) stay in L1 while the micro-kernel runs.
+const KC: usize = 320;
+/// Rows per row block: their k-block (90 KiB) stays in L2 while every panel passes over it.
+const MC: usize = 72;
+
+/// One piece of a k-block for `R` rows: each row's `len` values, against rows
+/// `koff..koff + len` of `B`.
+#[derive(Clone, Copy)]
+struct Seg<'a, const R: usize> {
+    a: [&'a [f32]; R],
+    len: usize,
+    koff: usize,
+}
+
+/// `c[r * ldc + q * 16 + j] += sum_seg sum_i seg.a[r][i] * panel_{p0 + q}[seg.koff + i][j]`:
+/// `R` rows against `P` panels of 16 columns, over all the pieces of a k-block (few rows use
+/// several panels to keep enough independent accumulators). Portable version.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register-blocked accumulators, indexed on purpose
+fn micro_generic<const R: usize, const P: usize>(
+    segs: &[Seg<R>],
+    b: &PackedB,
+    p0: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let mut acc = [[[0f32; NR]; P]; R];
+    for seg in segs {
+        for q in 0..P {
+            let panel = &b.panels[((p0 + q) * b.k + seg.koff) * NR..];
+            for i in 0..seg.len {
+                let w = &panel[i * NR..(i + 1) * NR];
+                for r in 0..R {
+                    let av = seg.a[r][i];
+                    for j in 0..NR {
+                        acc[r][q][j] += av * w[j];
+                    }
+                }
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (q, acc) in acc.iter().enumerate() {
+            for (o, v) in c[r * ldc + q * NR..r * ldc + (q + 1) * NR]
+                .iter_mut()
+                .zip(acc)
+            {
+                *o += v;
+            }
+        }
+    }
+}
+
+/// The AVX2+FMA micro-kernel: `2 * R * P` accumulators, plus two panel values and the `R`
+/// broadcasts live at once, must fit the 16 vector registers.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; for every piece, every `a[r]` must hold at least `len`
+/// values and `B` must have the rows `koff..koff + len`; `p0 + P` panels must exist; `c` must
+/// hold at least `(R - 1) * ldc + P * 16` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn micro_avx2<const R: usize, const P: usize>(
+    segs: &[Seg<R>],
+    b: &PackedB,
+    p0: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let cp = c.as_mut_ptr();
+    let mut c0 = [[_mm256_setzero_ps(); P]; R];
+    let mut c1 = [[_mm256_setzero_ps(); P]; R];
+    for r in 0..R {
+        for q in 0..P {
+            c0[r][q] = _mm256_loadu_ps(cp.add(r * ldc + q * NR));
+            c1[r][q] = _mm256_loadu_ps(cp.add(r * ldc + q * NR + 8));
+        }
+    }
+    for seg in segs {
+        let ap: [*const f32; R] = std::array::from_fn(|r| seg.a[r].as_ptr());
+        let bp: [*const f32; P] =
+            std::array::from_fn(|q| b.panels.as_ptr().add(((p0 + q) * b.k + seg.koff) * NR));
+        for i in 0..seg.len {
+            for q in 0..P {
+                let w0 = _mm256_loadu_ps(bp[q].add(i * NR));
+                let w1 = _mm256_loadu_ps(bp[q].add(i * NR + 8));
+                for r in 0..R {
+                    let av = _mm256_broadcast_ss(&*ap[r].add(i));
+                    c0[r][q] = _mm256_fmadd_ps(av, w0, c0[r][q]);
+                    c1[r][q] = _mm256_fmadd_ps(av, w1, c1[r][q]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for q in 0..P {
+            _mm256_storeu_ps(cp.add(r * ldc + q * NR), c0[r][q]);
+            _mm256_storeu_ps(cp.add(r * ldc + q * NR + 8), c1[r][q]);
+        }
+    }
+}
+
+/// One micro-kernel call, dispatched. Panics if an operand is too short (a caller bug).
+#[inline]
+fn micro<const R: usize, const P: usize>(
+    segs: &[Seg<R>],
+    b: &PackedB,
+    p0: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let np = b.n.div_ceil(NR);
+    assert!(
+        p0 + P <= np
+            && c.len() >= (R - 1) * ldc + P * NR
+            && segs
+                .iter()
+                .all(|s| s.koff + s.len <= b.k && s.a.iter().all(|a| a.len() >= s.len)),
+        "micro-kernel: operands too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: AVX2 and FMA are available (checked at run time) and the operand sizes were
+        // checked just above.
+        unsafe { micro_avx2::<R, P>(segs, b, p0, c, ldc) };
+        return;
+    }
+    micro_generic::<R, P>(segs, b, p0, c, ldc);
+}
+
+/// The pieces of one k-block: `(chunk, offset in the chunk, len)`.
+fn k_blocks(chunks: usize, chunk_len: usize) -> Vec<Vec<(usize, usize, usize)>> {
+    let mut blocks = Vec::new();
+    if chunk_len > KC {
+        for c in 0..chunks {
+            let mut off = 0;
+            while off < chunk_len {
+                let len = KC.min(chunk_len - off);
+                blocks.push(vec![(c, off, len)]);
+                off += len;
+            }
+        }
+    } else {
+        let per = (KC / chunk_len.max(1)).max(1);
+        let all: Vec<_> = (0..chunks).map(|c| (c, 0, chunk_len)).collect();
+        blocks.extend(all.chunks(per).map(<[_]>::to_vec));
+    }
+    blocks
+}
+
+/// The pieces of rows `r..r + R` of one k-block.
+fn segs<'a, const R: usize>(
+    r: usize,
+    pieces: &[(usize, usize, usize)],
+    chunk_len: usize,
+    row: &impl Fn(usize, usize) -> &'a [f32],
+) -> Vec<Seg<'a, R>> {
+    pieces
+        .iter()
+        .map(|&(chunk, off, len)| Seg {
+            a: std::array::from_fn(|i| &row(chunk, r + i)[off..]),
+            len,
+            koff: chunk * chunk_len + off,
+        })
+        .collect()
+}
+
+/// Rows `r..r + R` (a single small block) against every panel: `P` panels per call where
+/// possible, so that few rows still keep enough accumulators busy.
+#[allow(clippy::too_many_arguments)]
+fn all_panels<'a, const R: usize, const P: usize>(
+    r: usize,
+    pieces: &[(usize, usize, usize)],
+    chunk_len: usize,
+    row: &impl Fn(usize, usize) -> &'a [f32],
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let segs = segs::<R>(r, pieces, chunk_len, row);
+    let np = b.n.div_ceil(NR);
+    let mut p = 0;
+    while p + P <= np {
+        micro::<R, P>(&segs, b, p, &mut c[p * NR..], ldc);
+        p += P;
+    }
+    while p < np {
+        micro::<R, 1>(&segs, b, p, &mut c[p * NR..], ldc);
+        p += 1;
+    }
+}
+
+/// Computes rows `r0..r0 + m` of `sum_c row(c, r) · B[c * chunk_len.., :]` (`chunks *
+/// chunk_len` must equal `B`'s `k`) and hands each finished row to `emit(r, values)`.
+///
+/// Blocked like a BLIS GEMM: row blocks of up to 72 rows and k-blocks of up to 320 values
+/// (whole chunks, or pieces of a long one); for each k-block every 16-column panel of `B`
+/// passes over the whole row block in micro-kernel calls of 6 rows, which keep their
+/// accumulators in registers across the chunks of the k-block. The row slices are looked up
+/// once per row block and k-block.
+pub(crate) fn gemm_rows<'a>(
+    r0: usize,
+    m: usize,
+    chunks: usize,
+    chunk_len: usize,
+    row: impl Fn(usize, usize) -> &'a [f32],
+    b: &PackedB,
+    mut emit: impl FnMut(usize, &[f32]),
+) {
+    assert_eq!(chunks * chunk_len, b.k, "gemm_rows: chunks do not cover B");
+    let (n, np) = (b.n, b.n.div_ceil(NR));
+    let ldc = np * NR;
+    let blocks = k_blocks(chunks, chunk_len);
+    let mut cbuf = vec![0f32; MC.min(m) * ldc];
+    let mut rb = r0;
+    while rb < r0 + m {
+        let mr = MC.min(r0 + m - rb);
+        cbuf.fill(0.0);
+        for pieces in &blocks {
+            let (full, rem) = (mr / MR, mr % MR);
+            let c = &mut cbuf[..];
+            if full == 0 {
+                match rem {
+                    1 => all_panels::<1, 6>(rb, pieces, chunk_len, &row, b, c, ldc),
+                    2 => all_panels::<2, 2>(rb, pieces, chunk_len, &row, b, c, ldc),
+                    3 => all_panels::<3, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
+                    4 => all_panels::<4, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
+                    _ => all_panels::<5, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
+                }
+                continue;
+            }
+            let subs: Vec<Vec<Seg<6>>> = (0..full)
+                .map(|j| segs::<6>(rb + j * MR, pieces, chunk_len, &row))
+                .collect();
+            for p in 0..np {
+                for (j, s) in subs.iter().enumerate() {
+                    micro::<6, 1>(s, b, p, &mut c[j * MR * ldc + p * NR..], ldc);
+                }
+            }
+            let (r, c) = (rb + full * MR, &mut c[full * MR * ldc..]);
+            match rem {
+                0 => {}
+                1 => all_panels::<1, 6>(r, pieces, chunk_len, &row, b, c, ldc),
+                2 => all_panels::<2, 2>(r, pieces, chunk_len, &row, b, c, ldc),
+                3 => all_panels::<3, 1>(r, pieces, chunk_len, &row, b, c, ldc),
+                4 => all_panels::<4, 1>(r, pieces, chunk_len, &row, b, c, ldc),
+                _ => all_panels::<5, 1>(r, pieces, chunk_len, &row, b, c, ldc),
+            }
+        }
+        for i in 0..mr {
+            emit(rb + i, &cbuf[i * ldc..i * ldc + n]);
+        }
+        rb += mr;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_naive_for_every_row_count_and_chunking() {
+        let (n, k) = (37, 12);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+            .collect();
+        let b = PackedB::from_weight(&w, n, k);
+        for (chunks, chunk_len) in [(1, 12), (3, 4)] {
+            for m in 1..=14 {
+                let a: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.2)
+                    .collect();
+                let mut out = vec![0f32; m * n];
+                gemm_rows(
+                    0,
+                    m,
+                    chunks,
+                    chunk_len,
+                    |c, r| &a[r * k + c * chunk_len..r * k + (c + 1) * chunk_len],
+                    &b,
+                    |r, v| out[r * n..(r + 1) * n].copy_from_slice(v),
+                );
+                for r in 0..m {
+                    for j in 0..n {
+                        let e: f32 = (0..k).map(|i| a[r * k + i] * w[j * k + i]).sum();
+                        assert!((out[r * n + j] - e).abs() < 1e-5, "m={m} r={r} j={j}");
+                    }
+                }
+            }
+        }
+    }
+}
