@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod conv;
+mod cpu;
+mod error;
+mod f0_predictor;
+mod generator;
+mod resblock;
+mod snake;
+mod source;
+mod stft;
+mod trim_fade;
+mod weights;
+
+pub use config::{F0PredictorConfig, HiFTConfig, IstftParams};
+pub use error::{Result, VocoderError};
+pub use f0_predictor::ConvRNNF0Predictor;
+pub use generator::HiFTGenerator;
+pub use resblock::ResBlock;
+pub use snake::Snake;
+pub use source::{SineDraws, SineGen, SourceModuleHnNSF};
+pub use trim_fade::TrimFade;

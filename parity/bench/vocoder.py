@@ -1,0 +1,77 @@
+"""Reference timings of S3Gen's HiFT vocoder on the shapes `crates/chatterbox-vocoder/benches/
+vocoder.rs` measures (200 and 1000 mel frames = 4 s and 20 s at 24 kHz), as JSON lines. Run by
+`cargo xtask bench vocoder` (parity/.venv).
+
+The model is `S3Token2Wav`'s HiFTGenerator with random weights, called the way
+`S3Token2Wav.hift_inference` calls it (`HiFTGenerator.inference`, weight norm as the reference
+leaves it: recomputed from its parametrization at every call). `CHATTERBOX_BENCH_DEVICE=cuda`
+(or `--device cuda`) times it on the GPU, with a synchronize before the clock stops.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import torch  # noqa: E402
+
+from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor  # noqa: E402
+from chatterbox.models.s3gen.hifigan import HiFTGenerator  # noqa: E402
+
+
+def time_it(f, sync, warmup=1, min_iters=3, min_secs=2.0):
+    for _ in range(warmup):
+        f()
+        sync()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_iters or time.perf_counter() - start < min_secs:
+        t = time.perf_counter()
+        f()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
+
+
+def mel(frames):
+    """The same speech-like log mel as the Rust bench."""
+    b = torch.arange(80, dtype=torch.float32)[:, None]
+    t = torch.arange(frames, dtype=torch.float32)[None, :]
+    formant = 20.0 + 10.0 * torch.sin(t * 0.05)
+    m = -1.0 - b * 0.05 + 2.0 * torch.exp(-((b - formant) / 6.0) ** 2) + 0.3 * torch.sin(t * 0.31 + b)
+    return m[None]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    hift = HiFTGenerator(sampling_rate=24000, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
+                         source_resblock_kernel_sizes=[7, 7, 11],
+                         source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+                         f0_predictor=ConvRNNF0Predictor()).to(dev).eval()
+    with open(a.out, "a") as out:
+        for frames, secs in [(200, 4), (1000, 20)]:
+            x = mel(frames).to(dev)
+            timing = time_it(lambda: hift.inference(speech_feat=x), sync)
+            rec = dict(group="vocoder", stage=f"hift_inference_{secs}s", implementation="reference",
+                       device=dev.type, threads=a.threads,
+                       shape=f"{frames} mel frames -> {secs} s @ 24 kHz", **timing)
+            print(f"{rec['stage']:<34} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
+                  file=sys.stderr)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    main()
