@@ -1,1 +1,236 @@
-fn main() {}
+//! `cargo xtask bench flow`: S3Gen's full-size flow (random weights) as JSON records
+//! (`CHATTERBOX_BENCH_OUT`, else stdout). `parity/bench/flow.py` times the reference on the same
+//! shapes and stage names.
+//!
+//! Stages: the whole `CausalMaskedDiffWithXvec.inference` (250 prompt tokens = a 10 s reference,
+//! N new tokens, 10 Euler steps with guidance as a batch of 2), one estimator call on that batch,
+//! and the meanflow flow (2 steps, no guidance).
+//!
+//! Environment:
+//! * `CHATTERBOX_BENCH_DEVICE`: `cpu` (default), `cuda` or `metal` (build with `--features cuda`
+//!   / `metal`);
+//! * `CHATTERBOX_BENCH_DTYPE`: the estimator's dtype, `f32` (default), `f16` or `bf16`;
+//! * `CHATTERBOX_BENCH_FLOW_TOKENS`: new-token counts, default `100` on the CPU and `100,500` on a
+//!   GPU;
+//! * `CHATTERBOX_BENCH_ITERS`: timed runs of each whole-flow stage (default 1 on the CPU, 5 on a
+//!   GPU);
+//! * `CHATTERBOX_BENCH_STAGES`: run only these stages (`flow`, `estimator`, `meanflow`,
+//!   comma-separated; default all);
+//! * `CHATTERBOX_FLOW_WEIGHTS`: a safetensors file with real `flow.*` weights (an S3Gen
+//!   checkpoint) instead of random ones (`CHATTERBOX_FLOW_MEANFLOW_WEIGHTS` for meanflow).
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt};
+use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
+use std::io::Write;
+
+const N_PROMPT: usize = 250;
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+fn device() -> anyhow::Result<(Device, &'static str)> {
+    Ok(match env("CHATTERBOX_BENCH_DEVICE").as_deref() {
+        None | Some("cpu") => (Device::Cpu, "cpu"),
+        Some("cuda") => (Device::new_cuda(0)?, "cuda"),
+        Some("metal") => (Device::new_metal(0)?, "metal"),
+        Some(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DEVICE {other:?}"),
+    })
+}
+
+/// The flow with real weights from `var`, or Kaiming-initialised random ones.
+fn model(
+    cfg: &FlowConfig,
+    var: &str,
+    dev: &Device,
+    est_dtype: DType,
+    keep: &mut Vec<VarMap>,
+) -> anyhow::Result<CausalMaskedDiffWithXvec> {
+    let model = match env(var) {
+        Some(path) => {
+            // SAFETY: the checkpoint is not modified while the bench runs.
+            let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, dev)? };
+            CausalMaskedDiffWithXvec::new_with_estimator_dtype(cfg, vb.pp("flow"), est_dtype)?
+        }
+        None => {
+            let vm = VarMap::new();
+            let vb = VarBuilder::from_varmap(&vm, DType::F32, dev);
+            let m = CausalMaskedDiffWithXvec::new_with_estimator_dtype(cfg, vb, est_dtype)?;
+            keep.push(vm);
+            m
+        }
+    };
+    Ok(model)
+}
+
+/// `n` deterministic speech-token ids, `(1, n)`.
+fn ids(n: usize, mul: usize, dev: &Device) -> candle_core::Result<Tensor> {
+    let v: Vec<u32> = (0..n).map(|i| ((i * mul + 5) % 6561) as u32).collect();
+    Tensor::from_vec(v, (1, n), dev)
+}
+
+fn main() -> anyhow::Result<()> {
+    let (dev, dev_name) = device()?;
+    let gpu = !dev.is_cpu();
+    let threads: usize = env("CHATTERBOX_BENCH_THREADS")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let est_dtype = match env("CHATTERBOX_BENCH_DTYPE").as_deref() {
+        None | Some("f32") => DType::F32,
+        Some("f16") => DType::F16,
+        Some("bf16") => DType::BF16,
+        Some(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DTYPE {other:?}"),
+    };
+    let dtype_note = if est_dtype == DType::F32 {
+        String::new()
+    } else {
+        format!(", estimator {est_dtype:?}")
+    };
+    let tokens: Vec<usize> = env("CHATTERBOX_BENCH_FLOW_TOKENS")
+        .unwrap_or_else(|| if gpu { "100,500" } else { "100" }.to_string())
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
+    let iters: usize = env("CHATTERBOX_BENCH_ITERS")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if gpu { 5 } else { 1 });
+    let warmup = usize::from(gpu);
+    let stages = env("CHATTERBOX_BENCH_STAGES").unwrap_or_else(|| "flow,estimator,meanflow".into());
+    let want = |s: &str| stages.split(',').any(|x| x.trim() == s);
+
+    let mut records = Vec::new();
+    let mut push = |stage: String, shape: String, timing: Timing| {
+        let r = BenchRecord {
+            group: "flow".into(),
+            stage,
+            implementation: "rust".into(),
+            device: dev_name.into(),
+            threads,
+            timing,
+            shape,
+        };
+        eprintln!(
+            "{:<40} {:>10.1} ms (median of {})",
+            r.stage, r.timing.median_ms, r.timing.iters
+        );
+        records.push(r);
+    };
+    let sync = |t: &Tensor| {
+        black_box(t);
+        dev.synchronize().ok();
+    };
+
+    let mut keep = Vec::new();
+    let cfg = FlowConfig::s3gen();
+    let flow = model(&cfg, "CHATTERBOX_FLOW_WEIGHTS", &dev, est_dtype, &mut keep)?;
+    let prompt = FlowPrompt {
+        prompt_token: ids(N_PROMPT, 23, &dev)?,
+        prompt_feat: Tensor::randn(0f32, 1.0, (1, 2 * N_PROMPT, 80), &dev)?,
+        embedding: Tensor::randn(0f32, 1.0, (1, 192), &dev)?,
+    };
+    let tokens_for = |n: usize| ids(n, 37, &dev);
+
+    for &n in tokens.iter().filter(|_| want("flow")) {
+        let token = tokens_for(n)?;
+        let (b, c, t) = flow.noise_shape(1, N_PROMPT, n, true);
+        let noise = Tensor::randn(0f32, 1.0, (b, c, t), &dev)?;
+        let opts = FlowOptions::default();
+        let mut out = None;
+        let timing = time_it(warmup, iters, 0.0, || {
+            let feat = flow.inference(&token, &prompt, &noise, None, &opts);
+            if let Ok(f) = &feat {
+                sync(f);
+            }
+            out = Some(feat);
+        });
+        let feat = out.transpose()?.ok_or_else(|| anyhow::anyhow!("no run"))?;
+        let peak = feat
+            .abs()?
+            .max_all()?
+            .to_dtype(DType::F32)?
+            .to_scalar::<f32>()?;
+        anyhow::ensure!(peak.is_finite(), "non-finite mel out");
+        push(
+            format!("flow_{n}tok_{N_PROMPT}prompt_10steps"),
+            format!("{n} + {N_PROMPT} prompt tokens, CFG batch 2 x {t} frames{dtype_note}"),
+            timing,
+        );
+    }
+
+    // one estimator call on the guidance batch (2 x 700 frames)
+    if want("estimator") {
+        let t = 2 * (N_PROMPT + 100);
+        let x = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
+        let mu = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
+        let cond = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
+        let spks = Tensor::randn(0f32, 1.0, (2, 80), &dev)?;
+        let mask = Tensor::ones((2, 1, t), DType::F32, &dev)?;
+        let tt = Tensor::new(&[0.3f32, 0.3], &dev)?;
+        let est = flow.decoder().estimator();
+        sync(&est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?);
+        let timing = time_it(1, if gpu { 10 } else { 3 }, 0.0, || {
+            if let Ok(v) = est.forward(&x, &mask, &mu, &tt, &spks, &cond, None) {
+                sync(&v);
+            }
+        });
+        push(
+            "estimator_b2x700".into(),
+            format!("ConditionalDecoder, batch 2 x {t} frames{dtype_note}"),
+            timing,
+        );
+    }
+    drop(flow);
+    keep.clear();
+
+    // meanflow (Turbo): 2 steps, no guidance
+    if want("meanflow") {
+        let cfg = FlowConfig::s3gen_meanflow();
+        let flow = model(
+            &cfg,
+            "CHATTERBOX_FLOW_MEANFLOW_WEIGHTS",
+            &dev,
+            est_dtype,
+            &mut keep,
+        )?;
+        let n = tokens[0];
+        let token = tokens_for(n)?;
+        let (b, c, t) = flow.noise_shape(1, N_PROMPT, n, true);
+        let noise = Tensor::randn(0f32, 1.0, (b, c, t), &dev)?;
+        let noised = Tensor::randn(0f32, 1.0, (1, 80, 2 * n), &dev)?;
+        let opts = FlowOptions::default();
+        let mut failed = None;
+        let timing = time_it(warmup, iters.max(2), 0.0, || {
+            match flow.inference(&token, &prompt, &noise, Some(&noised), &opts) {
+                Ok(f) => sync(&f),
+                Err(e) => failed = Some(e),
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        push(
+            format!("flow_meanflow_{n}tok_{N_PROMPT}prompt_2steps"),
+            format!("{n} + {N_PROMPT} prompt tokens, batch 1 x {t} frames{dtype_note}"),
+            timing,
+        );
+    }
+
+    let lines: Vec<String> = records
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
+        Some(path) => {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            for l in &lines {
+                writeln!(f, "{l}")?;
+            }
+        }
+        None => lines.iter().for_each(|l| println!("{l}")),
+    }
+    Ok(())
+}

@@ -1,1 +1,29 @@
-//! The token-to-mel flow (issue in progress).
+//! The token-to-mel flow: port of chatterbox/models/s3gen/flow.py, flow_matching.py,
+//! decoder.py, transformer/ and matcha/ (upstream 5de7a54).
+//!
+//! ```text
+//! CausalMaskedDiffWithXvec            masked_diff.rs
+//! ├── input_embedding, spk_embed_affine_layer, encoder_proj
+//! ├── UpsampleConformerEncoder        encoder/ (embedding, attention, layer, resample)
+//! └── CausalConditionalCFM            cfm.rs (schedule, Euler, guidance)
+//!     └── ConditionalDecoder          decoder/ (time, blocks, transformer)
+//! ```
+//!
+//! Random draws are inputs: the solver's initial noise (and meanflow's `noised_mels`) are
+//! arguments. The solver state stays f32 whatever dtype the estimator runs in.
+
+mod cfm;
+mod config;
+mod decoder;
+mod encoder;
+mod kernels;
+mod mask;
+mod masked_diff;
+mod nn;
+mod ops;
+
+pub use cfm::{t_span, CausalConditionalCFM};
+pub use config::{CfmConfig, DecoderConfig, EncoderConfig, FlowConfig, FlowOptions, TimeScheduler};
+pub use decoder::ConditionalDecoder;
+pub use encoder::UpsampleConformerEncoder;
+pub use masked_diff::{CausalMaskedDiffWithXvec, FlowConditioning, FlowPrompt};

@@ -1,0 +1,109 @@
+//! Multi-head self-attention with relative positions. Port of
+//! chatterbox/models/s3gen/transformer/attention.py `RelPositionMultiHeadedAttention`
+//! (upstream 5de7a54): Transformer-XL scores `(q + u) k^T + rel_shift((q + v) p^T)`, scaled by
+//! `1 / sqrt(d_k)`, padded keys filled with `-inf` before the softmax.
+
+use super::super::nn::{matmul, Linear};
+use super::super::ops::softmax_with_bias_inplace;
+use candle_core::{Module, Result, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+
+/// `RelPositionMultiHeadedAttention` (with `key_bias = True`).
+#[derive(Debug, Clone)]
+pub(crate) struct RelPositionMultiHeadedAttention {
+    linear_q: Linear,
+    linear_k: Linear,
+    linear_v: Linear,
+    linear_out: Linear,
+    linear_pos: Linear,
+    /// `(h, d_k)`
+    pos_bias_u: Tensor,
+    pos_bias_v: Tensor,
+    h: usize,
+    d_k: usize,
+}
+
+impl RelPositionMultiHeadedAttention {
+    pub(crate) fn new(n_head: usize, n_feat: usize, vb: VarBuilder) -> Result<Self> {
+        if n_head == 0 || n_feat % n_head != 0 {
+            candle_core::bail!("attention width {n_feat} is not a multiple of {n_head} heads");
+        }
+        let d_k = n_feat / n_head;
+        let bound = (6.0 / (n_head + d_k) as f64).sqrt(); // xavier_uniform_
+        let init = Init::Uniform {
+            lo: -bound,
+            up: bound,
+        };
+        Ok(Self {
+            linear_q: Linear::new(n_feat, n_feat, true, vb.pp("linear_q"))?,
+            linear_k: Linear::new(n_feat, n_feat, true, vb.pp("linear_k"))?,
+            linear_v: Linear::new(n_feat, n_feat, true, vb.pp("linear_v"))?,
+            linear_out: Linear::new(n_feat, n_feat, true, vb.pp("linear_out"))?,
+            linear_pos: Linear::new(n_feat, n_feat, false, vb.pp("linear_pos"))?,
+            pos_bias_u: vb.get_with_hints((n_head, d_k), "pos_bias_u", init)?,
+            pos_bias_v: vb.get_with_hints((n_head, d_k), "pos_bias_v", init)?,
+            h: n_head,
+            d_k,
+        })
+    }
+
+    /// `rel_shift`: `(b, h, t, 2t - 1)` scores over relative positions `t-1 .. -(t-1)` ->
+    /// `(b, h, t, t)` with `out[i][j] = x[i][t - 1 - i + j]` (the reference's pad-and-reshape).
+    fn rel_shift(x: &Tensor) -> Result<Tensor> {
+        let (b, h, t, p) = x.dims4()?;
+        let padded = x.pad_with_zeros(D::Minus1, 1, 0)?; // (b, h, t, p + 1)
+        padded
+            .reshape((b, h, p + 1, t))?
+            .narrow(2, 1, p)?
+            .contiguous()?
+            .reshape((b, h, t, p))?
+            .narrow(3, 0, p / 2 + 1)
+    }
+
+    /// `x (b, t, d)` attends to itself; `key_bias` is `(b, 1, 1, t)` (0 or -inf) or `None`;
+    /// `pos_emb` is `(1, 2t - 1, d)`.
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        key_bias: Option<&Tensor>,
+        pos_emb: &Tensor,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (h, d_k) = (self.h, self.d_k);
+        let heads = |y: Tensor| y.reshape((b, t, h, d_k));
+        let q = heads(self.linear_q.forward(x)?)?; // (b, t, h, d_k)
+        let k = heads(self.linear_k.forward(x)?)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let v = heads(self.linear_v.forward(x)?)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let n_pos = pos_emb.dim(1)?;
+        let p = self
+            .linear_pos
+            .forward(pos_emb)?
+            .reshape((1, n_pos, h, d_k))?
+            .transpose(1, 2)?; // (1, h, 2t-1, d_k)
+        let p = p.broadcast_as((b, h, n_pos, d_k))?.contiguous()?;
+        let q_u = q
+            .broadcast_add(&self.pos_bias_u)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let q_v = q
+            .broadcast_add(&self.pos_bias_v)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let ac = matmul(&q_u, &k.t()?)?; // (b, h, t, t)
+        let bd = matmul(&q_v, &p.t()?)?; // (b, h, t, 2t-1)
+        let bd = if bd.dims() != ac.dims() {
+            Self::rel_shift(&bd)?
+        } else {
+            bd
+        };
+        let scores = ((ac + bd)? / (d_k as f64).sqrt())?;
+        let attn = softmax_with_bias_inplace(scores, key_bias)?;
+        let y = matmul(&attn, &v)?; // (b, h, t, d_k)
+        let y = y.transpose(1, 2)?.reshape((b, t, h * d_k))?;
+        self.linear_out.forward(&y)
+    }
+}

@@ -1,0 +1,212 @@
+//! Layers shared by the encoder and the estimator: `nn.Linear`, `nn.LayerNorm` and `nn.Conv1d`
+//! working on time-major `(batch, time, channels)` tensors, so that the flow never transposes
+//! between its convolutions, norms and attention.
+//!
+//! Convolutions are computed as one matrix product over `kernel` shifted copies of the input
+//! (im2col), which every candle backend runs at GEMM speed. Matrix products in bf16 on the CPU
+//! (which candle's CPU GEMM lacks) are computed in f32 and rounded back, as a GPU bf16 GEMM with
+//! f32 accumulation does.
+
+use super::ops::{bias_residual_inplace, conv1d_cpu};
+use candle_core::{DType, Module, Result, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+
+/// `a @ b`, with bf16 on the CPU computed in f32.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.dtype() == DType::BF16 && a.device().is_cpu() {
+        a.to_dtype(DType::F32)?
+            .matmul(&b.to_dtype(DType::F32)?)?
+            .to_dtype(DType::BF16)
+    } else {
+        a.matmul(b)
+    }
+}
+
+/// `torch.nn.Linear` on the last dimension.
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    /// `(out, in)`, as stored.
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub(crate) fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get_with_hints(
+            (out_dim, in_dim),
+            "weight",
+            candle_nn::init::DEFAULT_KAIMING_NORMAL,
+        )?;
+        let bias = if bias {
+            let bound = 1.0 / (in_dim as f64).sqrt();
+            Some(vb.get_with_hints(
+                out_dim,
+                "bias",
+                Init::Uniform {
+                    lo: -bound,
+                    up: bound,
+                },
+            )?)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias })
+    }
+
+    /// A layer from an `(out, in)` weight (already loaded or rearranged).
+    pub(crate) fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias }
+    }
+
+    pub(crate) fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    pub(crate) fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// `x @ weight^T` without the bias (for a fused bias + activation / residual after it).
+    pub(crate) fn forward_no_bias(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let (out_dim, in_dim) = self.weight.dims2()?;
+        let rows = x.elem_count() / in_dim.max(1);
+        let x2 = if x.is_contiguous() {
+            x.reshape((rows, in_dim))?
+        } else {
+            x.contiguous()?.reshape((rows, in_dim))?
+        };
+        let y = matmul(&x2, &self.weight.t()?)?;
+        let mut out_dims = dims;
+        if let Some(last) = out_dims.last_mut() {
+            *last = out_dim;
+        }
+        y.reshape(out_dims)
+    }
+
+    /// `residual + (x @ weight^T + bias)`, fused on the CPU.
+    pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        bias_residual_inplace(self.forward_no_bias(x)?, self.bias.as_ref(), residual)
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.forward_no_bias(x)?;
+        match &self.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// `torch.nn.LayerNorm` over the last dimension, with its eps.
+pub(crate) fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<candle_nn::LayerNorm> {
+    let weight = vb.get_with_hints(size, "weight", Init::Const(1.0))?;
+    let bias = vb.get_with_hints(size, "bias", Init::Const(0.0))?;
+    Ok(candle_nn::LayerNorm::new(weight, bias, eps))
+}
+
+/// `torch.nn.Conv1d` (stride 1, dilation 1, one group) with explicit zero padding on the left
+/// and on the right of the time axis, on `(batch, time, in)` tensors.
+#[derive(Debug, Clone)]
+pub(crate) struct Conv1d {
+    /// The kernel as a linear layer over `kernel * in` stacked inputs, tap-major.
+    linear: Linear,
+    kernel: usize,
+    pad_left: usize,
+    pad_right: usize,
+}
+
+impl Conv1d {
+    pub(crate) fn new(
+        in_ch: usize,
+        out_ch: usize,
+        kernel: usize,
+        pad_left: usize,
+        pad_right: usize,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let w = vb.get_with_hints(
+            (out_ch, in_ch, kernel),
+            "weight",
+            candle_nn::init::DEFAULT_KAIMING_NORMAL,
+        )?;
+        let bound = 1.0 / ((in_ch * kernel) as f64).sqrt();
+        let b = vb.get_with_hints(
+            out_ch,
+            "bias",
+            Init::Uniform {
+                lo: -bound,
+                up: bound,
+            },
+        )?;
+        // (out, in, k) -> (out, k, in) -> (out, k * in): column j * in + c is tap j of channel c.
+        let w = w
+            .permute((0, 2, 1))?
+            .contiguous()?
+            .reshape((out_ch, kernel * in_ch))?;
+        Ok(Self {
+            linear: Linear::from_weights(w, Some(b)),
+            kernel,
+            pad_left,
+            pad_right,
+        })
+    }
+
+    /// A causal convolution: `kernel - 1` zeros on the left (decoder.py `CausalConv1d`).
+    pub(crate) fn causal(
+        in_ch: usize,
+        out_ch: usize,
+        kernel: usize,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        Self::new(in_ch, out_ch, kernel, kernel.saturating_sub(1), 0, vb)
+    }
+
+    /// A pointwise (kernel 1) convolution.
+    pub(crate) fn pointwise(in_ch: usize, out_ch: usize, vb: VarBuilder) -> Result<Self> {
+        Self::new(in_ch, out_ch, 1, 0, 0, vb)
+    }
+}
+
+impl Conv1d {
+    /// The stacked shifted inputs the kernel is applied to (`x` itself for a pointwise conv).
+    fn columns(&self, x: &Tensor) -> Result<Tensor> {
+        if self.kernel == 1 && self.pad_left == 0 && self.pad_right == 0 {
+            return Ok(x.clone());
+        }
+        let xp = x.pad_with_zeros(1, self.pad_left, self.pad_right)?;
+        let t_out = (xp.dim(1)? + 1).saturating_sub(self.kernel);
+        let taps = (0..self.kernel)
+            .map(|j| xp.narrow(1, j, t_out))
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&taps, D::Minus1)
+    }
+
+    /// `residual + conv(x)`, fused on the CPU.
+    pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        self.linear.forward_residual(&self.columns(x)?, residual)
+    }
+}
+
+impl Module for Conv1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if self.kernel > 1 {
+            if let Some(bias) = self.linear.bias() {
+                let fast = conv1d_cpu(
+                    x,
+                    self.linear.weight(),
+                    bias,
+                    self.kernel,
+                    self.pad_left,
+                    self.pad_right,
+                )?;
+                if let Some(y) = fast {
+                    return Ok(y);
+                }
+            }
+        }
+        self.linear.forward(&self.columns(x)?)
+    }
+}

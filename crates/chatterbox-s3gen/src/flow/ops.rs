@@ -1,0 +1,433 @@
+//! The flow's element-wise activations (Mish, exact GELU), the attention core
+//! (`softmax(q k^T + bias) v`), 1-D convolutions and the fused bias / residual adds, each with a
+//! CPU fast path and a portable fallback.
+//!
+//! On the CPU, contiguous f32 tensors go through the vectorised, multi-threaded kernels of
+//! [`super::kernels`] (custom candle ops, mostly in place); other devices and dtypes use
+//! candle's own ops, computing the activations and the softmax in f32 whatever the dtype.
+//!
+//! The `*_inplace` functions overwrite their argument's storage: call them only on a tensor just
+//! produced by the previous op (a GEMM or norm output no other tensor shares).
+
+use super::kernels;
+use candle_core::{
+    backend::BackendStorage, CpuStorage, DType, InplaceOp1, InplaceOp2, Layout, Result, Tensor,
+};
+
+fn upcast(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F16 | DType::BF16 => x.to_dtype(DType::F32),
+        _ => Ok(x.clone()),
+    }
+}
+
+fn fast_path(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32 && x.is_contiguous()
+}
+
+fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> Result<&'a mut [f32]> {
+    let (start, end) = l
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("{op}: non-contiguous input")))?;
+    match s {
+        CpuStorage::F32(v) => Ok(&mut v[start..end]),
+        other => candle_core::bail!("{op}: expected f32, got {:?}", other.dtype()),
+    }
+}
+
+struct GeluErf;
+
+impl InplaceOp1 for GeluErf {
+    fn name(&self) -> &'static str {
+        "flow-gelu-erf"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        kernels::gelu_erf(f32_slice_mut(s, l, self.name())?);
+        Ok(())
+    }
+}
+
+struct Mish;
+
+impl InplaceOp1 for Mish {
+    fn name(&self) -> &'static str {
+        "flow-mish"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        kernels::mish(f32_slice_mut(s, l, self.name())?);
+        Ok(())
+    }
+}
+
+/// Softmax over the last dimension with an optional bias; `per` rows share one bias row.
+struct Softmax {
+    per: usize,
+}
+
+impl InplaceOp1 for Softmax {
+    fn name(&self) -> &'static str {
+        "flow-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let n = l.dims().last().copied().unwrap_or(0);
+        kernels::softmax_rows(f32_slice_mut(s, l, "flow-softmax")?, n, None);
+        Ok(())
+    }
+}
+
+impl InplaceOp2 for Softmax {
+    fn name(&self) -> &'static str {
+        "flow-softmax-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dst_l: &Layout,
+        bias: &CpuStorage,
+        bias_l: &Layout,
+    ) -> Result<()> {
+        let n = dst_l.dims().last().copied().unwrap_or(0);
+        let (b0, b1) = bias_l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("flow-softmax: non-contiguous bias".into()))?;
+        let bias = bias.as_slice::<f32>()?;
+        kernels::softmax_rows(
+            f32_slice_mut(dst, dst_l, "flow-softmax")?,
+            n,
+            Some((&bias[b0..b1], self.per)),
+        );
+        Ok(())
+    }
+}
+
+/// `torch.nn.Mish` (`x * tanh(ln(1 + e^x))`), out of place.
+pub(crate) fn mish(x: &Tensor) -> Result<Tensor> {
+    if fast_path(x) {
+        let y = x.copy()?;
+        y.inplace_op1(&Mish)?;
+        return Ok(y);
+    }
+    let xf = upcast(x)?;
+    let sp = (xf.exp()? + 1.0)?.log()?;
+    (xf * sp.tanh()?)?.to_dtype(x.dtype())
+}
+
+/// [`mish`] overwriting `x` where possible.
+pub(crate) fn mish_inplace(x: Tensor) -> Result<Tensor> {
+    if fast_path(&x) {
+        x.inplace_op1(&Mish)?;
+        return Ok(x);
+    }
+    mish(&x)
+}
+
+/// Exact GELU `x/2 (1 + erf(x / sqrt 2))` (`F.gelu(x, approximate="none")`), overwriting `x`
+/// where possible.
+pub(crate) fn gelu_erf_inplace(x: Tensor) -> Result<Tensor> {
+    if fast_path(&x) {
+        x.inplace_op1(&GeluErf)?;
+        return Ok(x);
+    }
+    upcast(&x)?.gelu_erf()?.to_dtype(x.dtype())
+}
+
+/// `softmax(scores + bias, dim=-1)`, overwriting `scores` where possible. `scores` is
+/// `(b, h, t, s)`, `bias` broadcasts as `(b, 1, 1, s)`.
+pub(crate) fn softmax_with_bias_inplace(scores: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if fast_path(&scores) {
+        match bias {
+            None => {
+                scores.inplace_op1(&Softmax { per: 1 })?;
+                return Ok(scores);
+            }
+            Some(b) if b.dtype() == DType::F32 && b.is_contiguous() && b.device().is_cpu() => {
+                let dims = scores.dims();
+                let rows = scores.elem_count() / dims.last().copied().unwrap_or(1).max(1);
+                let groups = b.elem_count() / dims.last().copied().unwrap_or(1).max(1);
+                if groups > 0
+                    && rows % groups == 0
+                    && b.dim(candle_core::D::Minus1)? == dims[dims.len() - 1]
+                {
+                    scores.inplace_op2(b, &Softmax { per: rows / groups })?;
+                    return Ok(scores);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    let s = upcast(&scores)?;
+    let s = match bias {
+        Some(b) => s.broadcast_add(&upcast(b)?)?,
+        None => s,
+    };
+    candle_nn::ops::softmax_last_dim(&s)?.to_dtype(scores.dtype())
+}
+
+/// Self-attention on a fused `(b, t, 3 h d)` projection (see [`kernels::attention`]).
+struct FusedAttention<'a> {
+    heads: usize,
+    dim_head: usize,
+    bias: Option<&'a [f32]>,
+}
+
+impl candle_core::CustomOp1 for FusedAttention<'_> {
+    fn name(&self) -> &'static str {
+        "flow-attention"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, candle_core::Shape)> {
+        let (b, t, w) = l.shape().dims3()?;
+        let (h, d) = (self.heads, self.dim_head);
+        if w != 3 * h * d {
+            candle_core::bail!("flow-attention: width {w} is not 3 x {h} x {d}");
+        }
+        let (start, end) = l.contiguous_offsets().ok_or_else(|| {
+            candle_core::Error::Msg("flow-attention: non-contiguous input".into())
+        })?;
+        let qkv = &s.as_slice::<f32>()?[start..end];
+        let mut out = vec![0f32; b * t * h * d];
+        kernels::attention(qkv, (b, t, h, d), self.bias, &mut out)
+            .map_err(candle_core::Error::Msg)?;
+        Ok((CpuStorage::F32(out), (b, t, h * d).into()))
+    }
+}
+
+/// A key-padding bias `(b, 1, 1, t)`, with a host copy for the CPU attention kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyBias {
+    tensor: Tensor,
+    host: Option<Vec<f32>>,
+}
+
+impl KeyBias {
+    pub(crate) fn new(tensor: Tensor) -> Result<Self> {
+        let host = if tensor.device().is_cpu() {
+            Some(
+                tensor
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            )
+        } else {
+            None
+        };
+        Ok(Self { tensor, host })
+    }
+
+    pub(crate) fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+
+    /// The same rows, repeated (the guidance batch).
+    pub(crate) fn doubled(&self) -> Result<Self> {
+        Ok(Self {
+            tensor: Tensor::cat(&[&self.tensor, &self.tensor], 0)?,
+            host: self
+                .host
+                .as_ref()
+                .map(|h| [h.as_slice(), h.as_slice()].concat()),
+        })
+    }
+}
+
+/// `softmax(q k^T + bias) v` per head from the fused projection `qkv (b, t, 3 h d)` (q scaled),
+/// returning `(b, t, h d)`.
+pub(crate) fn self_attention(
+    qkv: &Tensor,
+    heads: usize,
+    dim_head: usize,
+    bias: Option<&KeyBias>,
+) -> Result<Tensor> {
+    let (b, t, _) = qkv.dims3()?;
+    let host_bias = match bias {
+        Some(kb) => kb.host.as_deref().map(Some),
+        None => Some(None),
+    };
+    if let (true, Some(host_bias)) = (fast_path(qkv), host_bias) {
+        return qkv.apply_op1_no_bwd(&FusedAttention {
+            heads,
+            dim_head,
+            bias: host_bias,
+        });
+    }
+    let qkv = qkv
+        .reshape((b, t, 3, heads, dim_head))?
+        .permute((2, 0, 3, 1, 4))?
+        .contiguous()?; // (3, b, h, t, d)
+    let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+    let scores = super::nn::matmul(&q, &k.t()?)?;
+    let attn = softmax_with_bias_inplace(scores, bias.map(KeyBias::tensor))?;
+    let y = super::nn::matmul(&attn, &v)?;
+    y.transpose(1, 2)?.reshape((b, t, heads * dim_head))
+}
+
+struct BiasGelu;
+
+impl InplaceOp2 for BiasGelu {
+    fn name(&self) -> &'static str {
+        "flow-bias-gelu"
+    }
+
+    fn cpu_fwd(&self, y: &mut CpuStorage, yl: &Layout, b: &CpuStorage, bl: &Layout) -> Result<()> {
+        let n = yl.dims().last().copied().unwrap_or(0);
+        let (b0, b1) = bl
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("flow-bias-gelu: non-contiguous bias".into()))?;
+        let bias = &b.as_slice::<f32>()?[b0..b1];
+        if bias.len() != n {
+            candle_core::bail!("flow-bias-gelu: bias of {} for rows of {n}", bias.len());
+        }
+        kernels::bias_gelu_erf(f32_slice_mut(y, yl, "flow-bias-gelu")?, bias);
+        Ok(())
+    }
+}
+
+/// `gelu_erf(y + bias)` over the last dimension, overwriting `y` where possible.
+pub(crate) fn bias_gelu_inplace(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    match bias {
+        Some(b) if fast_path(&y) && fast_path(b) => {
+            y.inplace_op2(b, &BiasGelu)?;
+            Ok(y)
+        }
+        Some(b) => gelu_erf_inplace(y.broadcast_add(b)?),
+        None => gelu_erf_inplace(y),
+    }
+}
+
+struct BiasResidual;
+
+impl candle_core::InplaceOp3 for BiasResidual {
+    fn name(&self) -> &'static str {
+        "flow-bias-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        y: &mut CpuStorage,
+        yl: &Layout,
+        b: &CpuStorage,
+        bl: &Layout,
+        r: &CpuStorage,
+        rl: &Layout,
+    ) -> Result<()> {
+        let n = yl.dims().last().copied().unwrap_or(0);
+        let off = |l: &Layout| {
+            l.contiguous_offsets()
+                .ok_or_else(|| candle_core::Error::Msg("flow-bias-residual: non-contiguous".into()))
+        };
+        let (b0, b1) = off(bl)?;
+        let (r0, r1) = off(rl)?;
+        let bias = &b.as_slice::<f32>()?[b0..b1];
+        let res = &r.as_slice::<f32>()?[r0..r1];
+        let y = f32_slice_mut(y, yl, "flow-bias-residual")?;
+        if bias.len() != n || res.len() != y.len() {
+            candle_core::bail!("flow-bias-residual: shapes differ");
+        }
+        kernels::add_bias_residual(y, bias, res);
+        Ok(())
+    }
+}
+
+/// `y + bias + residual` (bias over the last dimension), overwriting `y` where possible.
+pub(crate) fn bias_residual_inplace(
+    y: Tensor,
+    bias: Option<&Tensor>,
+    residual: &Tensor,
+) -> Result<Tensor> {
+    match bias {
+        Some(b)
+            if fast_path(&y)
+                && fast_path(b)
+                && fast_path(residual)
+                && residual.dims() == y.dims() =>
+        {
+            y.inplace_op3(b, residual, &BiasResidual)?;
+            Ok(y)
+        }
+        Some(b) => y.broadcast_add(b)? + residual,
+        None => y + residual,
+    }
+}
+
+/// A convolution on time-major data (see [`kernels::conv1d`]); the weight is `(c_out, k c_in)`
+/// tap-major.
+struct Conv1dOp<'a> {
+    weight: &'a [f32],
+    bias: &'a [f32],
+    c_out: usize,
+    kernel: usize,
+    pad_left: usize,
+    pad_right: usize,
+}
+
+impl candle_core::CustomOp1 for Conv1dOp<'_> {
+    fn name(&self) -> &'static str {
+        "flow-conv1d"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, candle_core::Shape)> {
+        let (batch, t_in, c_in) = l.shape().dims3()?;
+        let (start, end) = l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("flow-conv1d: non-contiguous input".into()))?;
+        let shape = kernels::ConvShape {
+            batch,
+            t_in,
+            c_in,
+            c_out: self.c_out,
+            kernel: self.kernel,
+            pad_left: self.pad_left,
+            pad_right: self.pad_right,
+        };
+        let mut y = vec![0f32; batch * shape.t_out() * self.c_out];
+        kernels::conv1d(
+            &s.as_slice::<f32>()?[start..end],
+            self.weight,
+            self.bias,
+            shape,
+            &mut y,
+        )
+        .map_err(candle_core::Error::Msg)?;
+        Ok((
+            CpuStorage::F32(y),
+            (batch, shape.t_out(), self.c_out).into(),
+        ))
+    }
+}
+
+/// The CPU convolution when `x`, `weight (c_out, k c_in)` and `bias` are contiguous f32 CPU
+/// tensors; `None` otherwise (the caller falls back to im2col).
+pub(crate) fn conv1d_cpu(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    kernel: usize,
+    pad_left: usize,
+    pad_right: usize,
+) -> Result<Option<Tensor>> {
+    if !(fast_path(x) && fast_path(weight) && fast_path(bias)) {
+        return Ok(None);
+    }
+    let c_out = weight.dim(0)?;
+    let (w_st, _) = weight.storage_and_layout();
+    let (b_st, _) = bias.storage_and_layout();
+    let (candle_core::Storage::Cpu(w_cpu), candle_core::Storage::Cpu(b_cpu)) = (&*w_st, &*b_st)
+    else {
+        return Ok(None);
+    };
+    let (w0, w1) = weight.layout().contiguous_offsets().unwrap_or((0, 0));
+    let (b0, b1) = bias.layout().contiguous_offsets().unwrap_or((0, 0));
+    let op = Conv1dOp {
+        weight: &w_cpu.as_slice::<f32>()?[w0..w1],
+        bias: &b_cpu.as_slice::<f32>()?[b0..b1],
+        c_out,
+        kernel,
+        pad_left,
+        pad_right,
+    };
+    Ok(Some(x.apply_op1_no_bwd(&op)?))
+}

@@ -1,0 +1,51 @@
+//! Checked access to checkpoint tensors: a missing key or a wrong shape is a typed error naming
+//! the full key, not a panic or a bare candle error.
+use crate::{Result, S3GenError};
+use candle_core::Tensor;
+use candle_nn::{LayerNorm, Linear, VarBuilder};
+
+fn full_key(vb: &VarBuilder, name: &str) -> String {
+    let prefix = vb.prefix();
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// The tensor `name` under `vb`, which must have `shape`.
+pub(crate) fn tensor(vb: &VarBuilder, name: &str, shape: &[usize]) -> Result<Tensor> {
+    if !vb.contains_tensor(name) {
+        return Err(S3GenError::MissingWeights {
+            what: "speech tokenizer",
+            key: full_key(vb, name),
+        });
+    }
+    let t = vb.get_unchecked(name)?;
+    if t.dims() != shape {
+        return Err(S3GenError::ShapeMismatch {
+            key: full_key(vb, name),
+            expected: shape.to_vec(),
+            actual: t.dims().to_vec(),
+        });
+    }
+    Ok(t)
+}
+
+/// `nn.Linear(d_in, d_out, bias)`: `weight` is `(d_out, d_in)`.
+pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, vb: VarBuilder) -> Result<Linear> {
+    let w = tensor(&vb, "weight", &[d_out, d_in])?;
+    let b = if bias {
+        Some(tensor(&vb, "bias", &[d_out])?)
+    } else {
+        None
+    };
+    Ok(Linear::new(w, b))
+}
+
+/// `nn.LayerNorm(d, eps)` with weight and bias.
+pub(crate) fn layer_norm(d: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+    let w = tensor(&vb, "weight", &[d])?;
+    let b = tensor(&vb, "bias", &[d])?;
+    Ok(LayerNorm::new(w, b, eps))
+}

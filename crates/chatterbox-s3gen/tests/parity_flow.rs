@@ -1,0 +1,444 @@
+//! chatterbox-s3gen's flow against fixtures recorded from the Python reference
+//! (`parity/recorders/flow.py`): the encoder, one estimator call, the CFM solve and
+//! `CausalMaskedDiffWithXvec.inference` (finalize true and false), standard and meanflow; plus
+//! the half-precision drift of the estimator, batching, and the typed errors.
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use chatterbox_s3gen::flow::{
+    CausalMaskedDiffWithXvec, EncoderConfig, FlowConfig, FlowOptions, FlowPrompt,
+    UpsampleConformerEncoder,
+};
+use chatterbox_s3gen::S3GenError;
+use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use std::path::Path;
+
+type Outputs = chatterbox_testkit::Result<Vec<(String, Actual)>>;
+
+fn e(err: impl std::fmt::Display) -> Error {
+    Error::case(err)
+}
+
+/// `CHATTERBOX_PARITY_DEVICE=cuda` (or `metal`, with the crate feature) runs every case on that
+/// device: the GPU path uses candle's ops instead of the CPU kernels. Default: the CPU.
+fn device() -> chatterbox_testkit::Result<Device> {
+    match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
+        None | Some("") | Some("cpu") => Ok(Device::Cpu),
+        Some("cuda") => Device::new_cuda(0).map_err(e),
+        Some("metal") => Device::new_metal(0).map_err(e),
+        Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
+    }
+}
+
+fn input(fx: &Fixture, name: &str, dev: &Device) -> chatterbox_testkit::Result<Tensor> {
+    let a = fx.input(name)?;
+    Tensor::from_vec(a.data, a.shape, dev).map_err(e)
+}
+
+fn input_i64(fx: &Fixture, name: &str, dev: &Device) -> chatterbox_testkit::Result<Tensor> {
+    let a = fx.input_i64(name)?;
+    Tensor::from_vec(a.data, a.shape, dev).map_err(e)
+}
+
+fn has_input(fx: &Fixture, name: &str) -> bool {
+    fx.names().iter().any(|n| n == &format!("in.{name}"))
+}
+
+fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
+    let t = t.to_dtype(DType::F32).map_err(e)?;
+    let shape = t.dims().to_vec();
+    let data = t
+        .flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(e)?;
+    Ok((name.to_string(), Array::new(shape, data).into()))
+}
+
+fn weights<'a>(fx: &Fixture, dev: &'a Device) -> chatterbox_testkit::Result<VarBuilder<'a>> {
+    // SAFETY: the fixture file is not modified while the test runs.
+    unsafe { VarBuilder::from_mmaped_safetensors(&[fx.safetensors_path()], DType::F32, dev) }
+        .map_err(e)
+}
+
+/// The flow configuration of a `flow` case (its sidecar holds the parts separately).
+fn flow_config(fx: &Fixture) -> chatterbox_testkit::Result<FlowConfig> {
+    let mut v: serde_json::Value = fx.config("flow")?;
+    for part in ["encoder", "decoder", "cfm"] {
+        v[part] = fx.config(part)?;
+    }
+    serde_json::from_value(v).map_err(e)
+}
+
+fn encoder(fx: &Fixture) -> Outputs {
+    let dev = device()?;
+    let cfg: EncoderConfig = fx.config("encoder")?;
+    let enc = UpsampleConformerEncoder::new(&cfg, weights(fx, &dev)?).map_err(e)?;
+    let xs = input(fx, "xs", &dev)?;
+    let lens: Vec<usize> = fx
+        .input_i64("xs_lens")?
+        .data
+        .iter()
+        .map(|&l| l as usize)
+        .collect();
+    let (h, masks) = enc.forward(&xs, &lens).map_err(e)?;
+    let masks = masks.to_dtype(DType::I64).map_err(e)?;
+    let mask_shape = masks.dims().to_vec();
+    let mask_data = masks
+        .flatten_all()
+        .and_then(|m| m.to_vec1::<i64>())
+        .map_err(e)?;
+    Ok(vec![
+        out("h", &h)?,
+        (
+            "masks".to_string(),
+            Array::new(mask_shape, mask_data).into(),
+        ),
+    ])
+}
+
+fn prompt(fx: &Fixture, dev: &Device) -> chatterbox_testkit::Result<FlowPrompt> {
+    Ok(FlowPrompt {
+        prompt_token: input_i64(fx, "prompt_token", dev)?,
+        prompt_feat: input(fx, "prompt_feat", dev)?,
+        embedding: input(fx, "embedding", dev)?,
+    })
+}
+
+fn flow(fx: &Fixture) -> Outputs {
+    let dev = device()?;
+    let cfg = flow_config(fx)?;
+    let steps: usize = fx.config("n_timesteps")?;
+    let model = CausalMaskedDiffWithXvec::new(&cfg, weights(fx, &dev)?).map_err(e)?;
+    let mut outs = Vec::new();
+
+    // one estimator call
+    let r = if cfg.meanflow() {
+        Some(input(fx, "est_r", &dev)?)
+    } else {
+        None
+    };
+    let v = model
+        .decoder()
+        .estimator()
+        .forward(
+            &input(fx, "est_x", &dev)?,
+            &input(fx, "est_mask", &dev)?,
+            &input(fx, "est_mu", &dev)?,
+            &input(fx, "est_t", &dev)?,
+            &input(fx, "est_spks", &dev)?,
+            &input(fx, "est_cond", &dev)?,
+            r.as_ref(),
+        )
+        .map_err(e)?;
+    outs.push(out("estimator", &v)?);
+
+    // the CFM solve
+    let noised = if has_input(fx, "cfm_noised_mels") {
+        Some(input(fx, "cfm_noised_mels", &dev)?)
+    } else {
+        None
+    };
+    let x = model
+        .decoder()
+        .forward(
+            &input(fx, "cfm_mu", &dev)?,
+            &input(fx, "cfm_mask", &dev)?,
+            steps,
+            &input(fx, "cfm_spks", &dev)?,
+            &input(fx, "cfm_cond", &dev)?,
+            &input(fx, "cfm_noise", &dev)?,
+            noised.as_ref(),
+        )
+        .map_err(e)?;
+    outs.push(out("cfm", &x)?);
+
+    // the whole inference
+    let token = input_i64(fx, "token", &dev)?;
+    let prompt = prompt(fx, &dev)?;
+    let noised = if has_input(fx, "noised_mels") {
+        Some(input(fx, "noised_mels", &dev)?)
+    } else {
+        None
+    };
+    let opts = FlowOptions::default().with_n_timesteps(steps);
+    let c = model.encode(&token, &prompt, true).map_err(e)?;
+    outs.push(out("mu", &c.mu)?);
+    let feat = model
+        .decode(&c, &input(fx, "noise", &dev)?, noised.as_ref(), &opts)
+        .map_err(e)?;
+    outs.push(out("feat", &feat)?);
+    if has_input(fx, "noise_partial") {
+        let feat = model
+            .inference(
+                &token,
+                &prompt,
+                &input(fx, "noise_partial", &dev)?,
+                None,
+                &opts.clone().with_finalize(false),
+            )
+            .map_err(e)?;
+        outs.push(out("feat_partial", &feat)?);
+    }
+    Ok(outs)
+}
+
+#[test]
+fn flow_parity() {
+    Suite::new("flow")
+        .case("encoder", encoder)
+        .case("flow", flow)
+        .run_and_assert();
+}
+
+// ---------------------------------------------------------------- beyond the reference's numbers
+
+/// A committed (tiny) fixture, whatever `CHATTERBOX_FIXTURES` points the suite at.
+fn fixture(case: &str) -> anyhow::Result<Fixture> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures/flow");
+    Ok(Fixture::load(&root.join(format!("{case}.json")))?)
+}
+
+fn load(fx: &Fixture, estimator_dtype: DType) -> anyhow::Result<CausalMaskedDiffWithXvec> {
+    let dev = device()?;
+    let vb = weights(fx, &dev)?;
+    let model =
+        CausalMaskedDiffWithXvec::new_with_estimator_dtype(&flow_config(fx)?, vb, estimator_dtype)?;
+    Ok(model)
+}
+
+fn opt_input(fx: &Fixture, name: &str, dev: &Device) -> anyhow::Result<Option<Tensor>> {
+    Ok(if has_input(fx, name) {
+        Some(input(fx, name, dev)?)
+    } else {
+        None
+    })
+}
+
+/// `max |a - b| / max |b|`.
+fn rel_err(a: &Tensor, b: &Tensor) -> anyhow::Result<f32> {
+    let d = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    let m = b.abs()?.max_all()?.to_scalar::<f32>()?;
+    Ok(d / m)
+}
+
+/// The CFM solve of the `flow` cases with the estimator in f16 and bf16 (the solver state stays
+/// f32) against f32: the drift is reported and must stay small but real (the half path runs).
+#[test]
+fn half_precision_estimator_drift() -> anyhow::Result<()> {
+    let dev = device()?;
+    for case in ["flow", "flow_meanflow"] {
+        let fx = fixture(case)?;
+        let steps: usize = fx.config("n_timesteps")?;
+        let noised = opt_input(&fx, "cfm_noised_mels", &dev)?;
+        let solve = |m: &CausalMaskedDiffWithXvec| -> anyhow::Result<Tensor> {
+            Ok(m.decoder().forward(
+                &input(&fx, "cfm_mu", &dev)?,
+                &input(&fx, "cfm_mask", &dev)?,
+                steps,
+                &input(&fx, "cfm_spks", &dev)?,
+                &input(&fx, "cfm_cond", &dev)?,
+                &input(&fx, "cfm_noise", &dev)?,
+                noised.as_ref(),
+            )?)
+        };
+        let reference = solve(&load(&fx, DType::F32)?)?;
+        for dt in [DType::F16, DType::BF16] {
+            let x = solve(&load(&fx, dt)?)?;
+            assert_eq!(x.dtype(), DType::F32, "the solver state must stay f32");
+            let err = rel_err(&x, &reference)?;
+            println!(
+                "{case}: {dt:?} estimator, {steps}-step solve: max rel drift vs f32 {err:.2e}"
+            );
+            assert!(
+                err > 0.0,
+                "{dt:?}: no drift at all, the estimator did not run in {dt:?}"
+            );
+            assert!(err < 5e-2, "{dt:?}: drift {err:.2e} too large");
+        }
+    }
+    Ok(())
+}
+
+/// A batch of two rows gives each row's single-row result (the prompt is repeated as
+/// `_repeat_batch_dim` does).
+#[test]
+fn batch_rows_match_single_rows() -> anyhow::Result<()> {
+    let dev = device()?;
+    let fx = fixture("flow")?;
+    let model = load(&fx, DType::F32)?;
+    let prompt = prompt(&fx, &dev)?;
+    let tok = input_i64(&fx, "token", &dev)?;
+    let tok2 = Tensor::cat(&[&tok, &tok.flip(&[1])?], 0)?;
+    let opts = FlowOptions::default().with_n_timesteps(3);
+    let n_prompt = prompt.prompt_token.dim(1)?;
+    let (b, c, t) = model.noise_shape(2, n_prompt, tok.dim(1)?, true);
+    let noise = Tensor::randn(0f32, 1.0, (b, c, t), &dev)?;
+    let both = model.inference(&tok2, &prompt, &noise, None, &opts)?;
+    for row in 0..2 {
+        let one = model.inference(
+            &tok2.narrow(0, row, 1)?,
+            &prompt,
+            &noise.narrow(0, row, 1)?,
+            None,
+            &opts,
+        )?;
+        let err = rel_err(&both.narrow(0, row, 1)?, &one)?;
+        assert!(err < 1e-5, "row {row}: batched result differs by {err:.2e}");
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() -> anyhow::Result<()> {
+    let dev = device()?;
+    let fx = fixture("flow")?;
+    let model = load(&fx, DType::F32)?;
+    let prompt = prompt(&fx, &dev)?;
+    let n_prompt = prompt.prompt_token.dim(1)?;
+    let opts = FlowOptions::default().with_n_timesteps(2);
+    let noise = |n_tok: usize| {
+        let (b, c, t) = model.noise_shape(1, n_prompt, n_tok, true);
+        Tensor::zeros((b, c, t), DType::F32, &dev)
+    };
+    let invalid = |r: chatterbox_s3gen::Result<Tensor>, what: &str| match r {
+        Err(S3GenError::InvalidInput { what: w, reason }) => {
+            assert_eq!(w, what, "{reason}");
+            reason
+        }
+        other => panic!("expected InvalidInput({what}), got {other:?}"),
+    };
+    // a special token (EOS 6562) that the reference only logs
+    let tok = Tensor::new(&[[1i64, 2, 6562, 4]], &dev)?;
+    let reason = invalid(
+        model.inference(&tok, &prompt, &noise(4)?, None, &opts),
+        "token",
+    );
+    assert!(reason.contains("6562"), "{reason}");
+    let tok = Tensor::new(&[[1i64, -3, 4]], &dev)?;
+    invalid(
+        model.inference(&tok, &prompt, &noise(3)?, None, &opts),
+        "token",
+    );
+    let tok = Tensor::new(&[[1f32, 2.0]], &dev)?;
+    invalid(
+        model.inference(&tok, &prompt, &noise(2)?, None, &opts),
+        "token",
+    );
+    // prompt mel not 2 frames per prompt token
+    let tok = Tensor::new(&[[1i64, 2, 3, 4]], &dev)?;
+    let short = FlowPrompt {
+        prompt_feat: prompt.prompt_feat.narrow(1, 0, 2 * n_prompt - 1)?,
+        ..prompt.clone()
+    };
+    invalid(
+        model.inference(&tok, &short, &noise(4)?, None, &opts),
+        "prompt",
+    );
+    // noise of the wrong length
+    invalid(
+        model.inference(&tok, &prompt, &noise(5)?, None, &opts),
+        "noise",
+    );
+    // too few tokens to look ahead when streaming
+    let tok = Tensor::new(&[[1i64, 2]], &dev)?;
+    let streaming = opts.clone().with_finalize(false);
+    invalid(
+        model.inference(&tok, &prompt, &noise(2)?, None, &streaming),
+        "token",
+    );
+    Ok(())
+}
+
+#[test]
+fn missing_weights_are_errors() -> anyhow::Result<()> {
+    let dev = device()?;
+    // the encoder case holds no flow weights (no input_embedding, no estimator)
+    let fx = fixture("encoder_b2_padded")?;
+    match CausalMaskedDiffWithXvec::new(&FlowConfig::s3gen(), weights(&fx, &dev)?) {
+        Err(S3GenError::MissingWeights { what, key }) => {
+            assert_eq!(
+                (what, key.as_str()),
+                ("flow token embedding", "input_embedding.weight")
+            )
+        }
+        other => panic!("expected MissingWeights, got {:?}", other.err()),
+    }
+    // a meanflow checkpoint with the standard config, and the reverse
+    let fx = fixture("flow_meanflow")?;
+    let mut cfg = flow_config(&fx)?;
+    cfg.decoder.meanflow = false;
+    let err = CausalMaskedDiffWithXvec::new(&cfg, weights(&fx, &dev)?).err();
+    assert!(
+        matches!(
+            err,
+            Some(S3GenError::InvalidInput {
+                what: "flow config",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let fx = fixture("flow")?;
+    let mut cfg = flow_config(&fx)?;
+    cfg.decoder.meanflow = true;
+    match CausalMaskedDiffWithXvec::new(&cfg, weights(&fx, &dev)?) {
+        Err(S3GenError::MissingWeights { what, .. }) => assert_eq!(what, "meanflow time mixer"),
+        other => panic!("expected MissingWeights, got {:?}", other.err()),
+    }
+    // a config that does not match the checkpoint's shapes
+    let mut cfg = flow_config(&fx)?;
+    cfg.decoder.num_heads = 4;
+    let err = CausalMaskedDiffWithXvec::new(&cfg, weights(&fx, &dev)?).err();
+    assert!(
+        err.as_ref()
+            .is_some_and(|e| e.to_string().contains("shape")),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+/// Full-size flow (`--full` fixtures, S3Gen's configuration with random weights): the error of
+/// an f32 / f16 / bf16 estimator over the whole inference against the reference.
+/// `CHATTERBOX_FIXTURES=/tmp/full cargo test --release -p chatterbox-s3gen --test parity_flow
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs the --full fixtures (recorded to /tmp)"]
+fn full_size_half_precision_drift() -> anyhow::Result<()> {
+    let dev = device()?;
+    let root = chatterbox_testkit::fixtures_root();
+    for case in ["full_flow", "full_flow_meanflow"] {
+        let path = root.join("flow").join(format!("{case}.json"));
+        anyhow::ensure!(
+            Path::new(&path).exists(),
+            "{} not found: record with --full --out",
+            path.display()
+        );
+        let fx = Fixture::load(&path)?;
+        let steps: usize = fx.config("n_timesteps")?;
+        let token = input_i64(&fx, "token", &dev)?;
+        let prompt = prompt(&fx, &dev)?;
+        let noise = input(&fx, "noise", &dev)?;
+        let noised = opt_input(&fx, "noised_mels", &dev)?;
+        let opts = FlowOptions::default().with_n_timesteps(steps);
+        let expected = fx.f32("out.feat")?;
+        let expected = Tensor::from_vec(expected.data, expected.shape, &dev)?;
+        let mut f32_out = None;
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            let model = load(&fx, dt)?;
+            let t0 = std::time::Instant::now();
+            let feat = model.inference(&token, &prompt, &noise, noised.as_ref(), &opts)?;
+            let secs = t0.elapsed().as_secs_f64();
+            let vs_f32 = match &f32_out {
+                Some(f) => format!(", vs the f32 port {:.2e}", rel_err(&feat, f)?),
+                None => String::new(),
+            };
+            println!(
+                "{case}: {dt:?} estimator, {steps} steps: max rel error vs reference {:.2e}{vs_f32} ({secs:.1} s)",
+                rel_err(&feat, &expected)?
+            );
+            if dt == DType::F32 {
+                f32_out = Some(feat);
+            }
+        }
+    }
+    Ok(())
+}
