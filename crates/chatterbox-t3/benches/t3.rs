@@ -1,0 +1,341 @@
+//! `cargo xtask bench t3 --threads 2`: T3 English (CFG, batch 2) and Turbo at full size with
+//! random weights: prefill of a typical prompt plus the first token, and decode of exactly 200
+//! tokens (stop token disabled), as JSON records (`CHATTERBOX_BENCH_OUT`, else stdout).
+//! `parity/bench/t3.py` times the reference on the same shapes.
+//!
+//! Weights: `CHATTERBOX_T3_WEIGHTS_EN` / `CHATTERBOX_T3_WEIGHTS_TURBO` (safetensors, e.g. the
+//! `--full` parity weights), else random tensors with the real key names and shapes.
+//! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16.
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use chatterbox_t3::{
+    BackboneConfig, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
+};
+use chatterbox_testkit::BenchRecord;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Instant;
+
+/// Counts live heap bytes, to check that decoding does not grow memory.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        System.alloc_zeroed(l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        System.realloc(p, l, new)
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const DECODE_TOKENS: usize = 200;
+const TEXT_TOKENS: usize = 60;
+
+/// `(key, shape)` of every tensor T3 loads for `hp` (the real checkpoint names).
+fn tensor_shapes(hp: &T3Config) -> Vec<(String, Vec<usize>)> {
+    let c = hp.n_channels();
+    let mut v: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut add = |k: String, s: &[usize]| v.push((k, s.to_vec()));
+    match &hp.backbone {
+        BackboneConfig::Llama(l) => {
+            let (hd, i) = (l.num_attention_heads * l.head_dim, l.intermediate_size);
+            for n in 0..l.num_hidden_layers {
+                let p = format!("tfmr.layers.{n}");
+                for w in ["q_proj", "k_proj", "v_proj"] {
+                    add(format!("{p}.self_attn.{w}.weight"), &[hd, c]);
+                }
+                add(format!("{p}.self_attn.o_proj.weight"), &[c, hd]);
+                add(format!("{p}.mlp.gate_proj.weight"), &[i, c]);
+                add(format!("{p}.mlp.up_proj.weight"), &[i, c]);
+                add(format!("{p}.mlp.down_proj.weight"), &[c, i]);
+                add(format!("{p}.input_layernorm.weight"), &[c]);
+                add(format!("{p}.post_attention_layernorm.weight"), &[c]);
+            }
+            add("tfmr.norm.weight".into(), &[c]);
+        }
+        BackboneConfig::Gpt2(g) => {
+            add("tfmr.wpe.weight".into(), &[g.n_positions, c]);
+            for n in 0..g.n_layer {
+                let p = format!("tfmr.h.{n}");
+                for ln in ["ln_1", "ln_2"] {
+                    add(format!("{p}.{ln}.weight"), &[c]);
+                    add(format!("{p}.{ln}.bias"), &[c]);
+                }
+                for (w, i, o) in [
+                    ("attn.c_attn", c, 3 * c),
+                    ("attn.c_proj", c, c),
+                    ("mlp.c_fc", c, 4 * c),
+                    ("mlp.c_proj", 4 * c, c),
+                ] {
+                    add(format!("{p}.{w}.weight"), &[i, o]);
+                    add(format!("{p}.{w}.bias"), &[o]);
+                }
+            }
+            add("tfmr.ln_f.weight".into(), &[c]);
+            add("tfmr.ln_f.bias".into(), &[c]);
+        }
+    }
+    add(
+        "cond_enc.spkr_enc.weight".into(),
+        &[c, hp.speaker_embed_size],
+    );
+    add("cond_enc.spkr_enc.bias".into(), &[c]);
+    if hp.emotion_adv {
+        add("cond_enc.emotion_adv_fc.weight".into(), &[c, 1]);
+    }
+    if hp.use_perceiver_resampler {
+        let p = &hp.perceiver;
+        let d = p.embedding_dim;
+        add(
+            "cond_enc.perceiver.pre_attention_query".into(),
+            &[1, p.pre_attention_query_token, p.pre_attention_query_size],
+        );
+        add("cond_enc.perceiver.attn.norm.weight".into(), &[d]);
+        add("cond_enc.perceiver.attn.norm.bias".into(), &[d]);
+        for w in ["to_q", "to_k", "to_v", "proj_out"] {
+            add(format!("cond_enc.perceiver.attn.{w}.weight"), &[d, d]);
+            add(format!("cond_enc.perceiver.attn.{w}.bias"), &[d]);
+        }
+    }
+    add("text_emb.weight".into(), &[hp.text_tokens_dict_size, c]);
+    add("speech_emb.weight".into(), &[hp.speech_tokens_dict_size, c]);
+    if hp.has_learned_pos_emb() {
+        add("text_pos_emb.emb.weight".into(), &[hp.text_positions(), c]);
+        add(
+            "speech_pos_emb.emb.weight".into(),
+            &[hp.speech_positions(), c],
+        );
+    }
+    add(
+        "speech_head.weight".into(),
+        &[hp.speech_tokens_dict_size, c],
+    );
+    if hp.is_gpt() {
+        add("speech_head.bias".into(), &[hp.speech_tokens_dict_size]);
+    }
+    v
+}
+
+fn load(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow::Result<T3> {
+    if let Some(path) = std::env::var_os(env) {
+        return Ok(T3::load_with_config(hp, &[path], dtype, dev)?);
+    }
+    let mut m = HashMap::new();
+    for (k, s) in tensor_shapes(hp) {
+        let t = if s.len() == 1 && k.ends_with("weight") {
+            Tensor::ones(s, DType::F32, dev)?
+        } else if s.len() == 1 {
+            Tensor::zeros(s, DType::F32, dev)?
+        } else {
+            Tensor::randn(0f32, 0.02, s, dev)?
+        };
+        m.insert(k, t.to_dtype(dtype)?);
+    }
+    Ok(T3::new(hp, VarBuilder::from_tensors(m, dtype, dev))?)
+}
+
+fn sync(dev: &Device) -> anyhow::Result<()> {
+    dev.synchronize()?;
+    Ok(())
+}
+
+struct Bench {
+    records: Vec<BenchRecord>,
+    device: String,
+    threads: usize,
+}
+
+impl Bench {
+    fn push(&mut self, stage: &str, shape: String, times_ms: &mut [f64]) {
+        times_ms.sort_by(f64::total_cmp);
+        let timing = chatterbox_testkit::Timing {
+            median_ms: times_ms[times_ms.len() / 2],
+            min_ms: times_ms[0],
+            iters: times_ms.len(),
+        };
+        eprintln!(
+            "{stage:<28} {:>9.2} ms (median of {})  {shape}",
+            timing.median_ms, timing.iters
+        );
+        self.records.push(BenchRecord {
+            group: "t3".into(),
+            stage: stage.into(),
+            implementation: "rust".into(),
+            device: self.device.clone(),
+            threads: self.threads,
+            timing,
+            shape,
+        });
+    }
+}
+
+/// Times `runs` generations: prefill + first token, then `DECODE_TOKENS` decode steps.
+fn run_variant<'a>(
+    bench: &mut Bench,
+    name: &str,
+    runs: usize,
+    mut start: impl FnMut() -> anyhow::Result<chatterbox_t3::TokenStream<'a>>,
+    prefix: usize,
+    dev: &Device,
+) -> anyhow::Result<()> {
+    let (mut prefill, mut decode, mut growth) = (Vec::new(), Vec::new(), 0isize);
+    for run in 0..=runs {
+        let t = Instant::now();
+        let mut stream = start()?;
+        stream.next().transpose()?;
+        sync(dev)?;
+        let p = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let mut live_at_10 = 0;
+        for i in 0..DECODE_TOKENS {
+            stream.next().transpose()?;
+            if i == 10 {
+                live_at_10 = LIVE.load(Ordering::Relaxed);
+            }
+        }
+        sync(dev)?;
+        let d = t.elapsed().as_secs_f64() * 1e3 / DECODE_TOKENS as f64;
+        if run > 0 {
+            // run 0 warms up
+            prefill.push(p);
+            decode.push(d);
+            growth = growth.max(LIVE.load(Ordering::Relaxed) - live_at_10);
+        }
+    }
+    bench.push(
+        &format!("{name}_prefill"),
+        format!("{prefix} positions + first token"),
+        &mut prefill,
+    );
+    bench.push(
+        &format!("{name}_decode_per_token"),
+        format!("{DECODE_TOKENS} tokens; heap growth after token 10: {growth} B"),
+        &mut decode,
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let threads = std::env::var("CHATTERBOX_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
+        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        _ => (Device::Cpu, DType::F32, "cpu"),
+    };
+    let runs: usize = std::env::var("CHATTERBOX_T3_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let mut bench = Bench {
+        records: Vec::new(),
+        device: device.into(),
+        threads,
+    };
+    let only = std::env::var("CHATTERBOX_T3_BENCH_ONLY").unwrap_or_default();
+
+    if only.is_empty() || only == "en" {
+        let hp = T3Config::english_only();
+        let t0 = Instant::now();
+        // Leaked so the streams can borrow it for 'static; the process ends after the bench.
+        let t3: &'static T3 = Box::leak(Box::new(load(
+            &hp,
+            "CHATTERBOX_T3_WEIGHTS_EN",
+            dtype,
+            &dev,
+        )?));
+        eprintln!(
+            "english weights ready in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        let speaker = Tensor::randn(0f32, 0.06, (1, 256), &dev)?;
+        let prompt: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % 6561).collect();
+        let cond =
+            T3Cond::new(speaker).with_prompt(Tensor::new(prompt.as_slice(), &dev)?.unsqueeze(0)?);
+        let cond_emb = t3.prepare_conditioning(&cond)?;
+        let text = t3.pad_text_tokens(
+            &(0..TEXT_TOKENS as u32)
+                .map(|i| 20 + (i * 7) % 600)
+                .collect::<Vec<_>>(),
+        );
+        let mut opts = GenerateOptions::default();
+        opts.max_new_tokens = DECODE_TOKENS + 1;
+        opts.stop_on_eos = false;
+        opts.sampling = Sampling::Seeded(0);
+        let prefix = cond_emb.dim(1)? + text.len() + 2;
+        run_variant(
+            &mut bench,
+            "en_cfg",
+            runs,
+            || Ok(t3.generate(&cond_emb, &text, &opts)?),
+            prefix,
+            &dev,
+        )?;
+    }
+    if only.is_empty() || only == "turbo" {
+        let hp = T3Config::turbo();
+        let t0 = Instant::now();
+        let t3: &'static T3 = Box::leak(Box::new(load(
+            &hp,
+            "CHATTERBOX_T3_WEIGHTS_TURBO",
+            dtype,
+            &dev,
+        )?));
+        eprintln!("turbo weights ready in {:.1} s", t0.elapsed().as_secs_f64());
+        let speaker = Tensor::randn(0f32, 0.06, (1, 256), &dev)?;
+        let prompt: Vec<u32> = (0..375u32).map(|i| (i * 53 + 5) % 6561).collect();
+        let prompt = Tensor::new(prompt.as_slice(), &dev)?.unsqueeze(0)?;
+        let cond_emb = t3.prepare_conditioning(&T3Cond::new(speaker).with_prompt(prompt))?;
+        let text: Vec<u32> = (0..TEXT_TOKENS as u32).map(|i| 1000 + i * 13).collect();
+        let mut opts = TurboOptions::default();
+        opts.max_gen_len = DECODE_TOKENS;
+        opts.stop_on_eos = false;
+        opts.sampling = Sampling::Seeded(0);
+        let prefix = cond_emb.dim(1)? + text.len() + 1;
+        run_variant(
+            &mut bench,
+            "turbo",
+            runs,
+            || Ok(t3.generate_turbo(&cond_emb, &text, &opts)?),
+            prefix,
+            &dev,
+        )?;
+    }
+
+    let lines: Vec<String> = bench
+        .records
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
+        Some(path) => {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            for l in &lines {
+                writeln!(f, "{l}")?;
+            }
+        }
+        None => lines.iter().for_each(|l| println!("{l}")),
+    }
+    Ok(())
+}

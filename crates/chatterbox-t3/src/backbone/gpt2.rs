@@ -1,0 +1,258 @@
+//! Port of transformers 5.2 `GPT2Model` (models/gpt2/modeling_gpt2.py) as Chatterbox Turbo uses
+//! it: input embeddings plus learned absolute positions (`wpe`) in, `ln_f` hidden states out.
+//!
+//! `Conv1D` weights are stored `[in, out]`; they are transposed once at load. The token table
+//! `wte` is never loaded (the reference deletes it after loading).
+use super::attention::{attend, causal_mask, query_scale, split_heads, StepIndex};
+use super::kv_cache::KvCache;
+use super::linear::{weight, Linear};
+use crate::config::GPT2Config;
+use crate::Result;
+use candle_core::{Tensor, D};
+use candle_nn::{Module, VarBuilder};
+
+/// `nn.LayerNorm`.
+#[derive(Debug, Clone)]
+struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: weight(&vb, &[size], "weight")?,
+            bias: weight(&vb, &[size], "bias")?,
+            eps: eps as f32,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::layer_norm(
+            &x.contiguous()?,
+            &self.weight,
+            &self.bias,
+            self.eps,
+        )?)
+    }
+}
+
+/// `GPT2Attention` (self-attention, `scale_attn_weights`).
+#[derive(Debug, Clone)]
+struct GPT2Attention {
+    c_attn: Linear,
+    c_proj: Linear,
+    heads: usize,
+    head_dim: usize,
+    q_scale: Option<f64>,
+}
+
+impl GPT2Attention {
+    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+        let c = cfg.n_embd;
+        let head_dim = c / cfg.n_head;
+        let (scale, exact) = query_scale(head_dim);
+        let c_attn = Linear::load_conv1d(vb.pp("c_attn"), c, 3 * c)?;
+        let c_attn = if exact {
+            // Fold the (power-of-two) query scale into the q rows of the weight and bias.
+            let w = c_attn.weight();
+            let w = Tensor::cat(
+                &[
+                    w.narrow(0, 0, c)?.affine(scale, 0.0)?,
+                    w.narrow(0, c, 2 * c)?,
+                ],
+                0,
+            )?;
+            let b = match c_attn.bias() {
+                Some(b) => Some(Tensor::cat(
+                    &[
+                        b.narrow(0, 0, c)?.affine(scale, 0.0)?,
+                        b.narrow(0, c, 2 * c)?,
+                    ],
+                    0,
+                )?),
+                None => None,
+            };
+            Linear::new(w, b)?
+        } else {
+            c_attn
+        };
+        Ok(Self {
+            c_attn,
+            c_proj: Linear::load_conv1d(vb.pp("c_proj"), c, c)?,
+            heads: cfg.n_head,
+            head_dim,
+            q_scale: (!exact).then_some(scale),
+        })
+    }
+
+    fn qkv(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let c = self.heads * self.head_dim;
+        let qkv = self.c_attn.forward(x)?;
+        let q = split_heads(&qkv.narrow(D::Minus1, 0, c)?, self.heads, self.head_dim)?;
+        let k = split_heads(&qkv.narrow(D::Minus1, c, c)?, self.heads, self.head_dim)?;
+        let v = split_heads(&qkv.narrow(D::Minus1, 2 * c, c)?, self.heads, self.head_dim)?;
+        Ok((q, k, v))
+    }
+
+    fn prefill(&self, x: &Tensor, mask: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (q, k, v) = self.qkv(x)?;
+        let fresh = cache.is_empty();
+        cache.append(&k, &v)?;
+        let (k, v) = if fresh {
+            (k, v)
+        } else {
+            cache.written(q.dim(0)?)?
+        };
+        Ok(self
+            .c_proj
+            .forward(&attend(&q, &k, &v, Some(mask), self.q_scale)?)?)
+    }
+
+    fn decode(&self, x: &Tensor, step: &StepIndex, cache: &mut KvCache) -> Result<Tensor> {
+        let (q, k, v) = self.qkv(x)?;
+        cache.write_step(&k, &v, &step.kv_index, step.pos)?;
+        let keys = cache.keys(step.attend)?;
+        let values = cache.values(step.attend)?;
+        Ok(self.c_proj.forward(&attend(
+            &q,
+            &keys,
+            &values,
+            step.mask.as_ref(),
+            self.q_scale,
+        )?)?)
+    }
+}
+
+/// `GPT2MLP`: `c_proj(gelu_new(c_fc(x)))`.
+#[derive(Debug, Clone)]
+struct GPT2MLP {
+    c_fc: Linear,
+    c_proj: Linear,
+}
+
+impl GPT2MLP {
+    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+        let c = cfg.n_embd;
+        Ok(Self {
+            c_fc: Linear::load_conv1d(vb.pp("c_fc"), c, 4 * c)?,
+            c_proj: Linear::load_conv1d(vb.pp("c_proj"), 4 * c, c)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // gelu_new is the tanh approximation, which is candle's `gelu`.
+        Ok(self.c_proj.forward(&self.c_fc.forward(x)?.gelu()?)?)
+    }
+}
+
+/// `GPT2Block`: pre-norm attention and MLP with residuals.
+#[derive(Debug, Clone)]
+struct GPT2Block {
+    ln_1: LayerNorm,
+    attn: GPT2Attention,
+    ln_2: LayerNorm,
+    mlp: GPT2MLP,
+}
+
+impl GPT2Block {
+    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+        let (c, eps) = (cfg.n_embd, cfg.layer_norm_epsilon);
+        Ok(Self {
+            ln_1: LayerNorm::new(c, eps, vb.pp("ln_1"))?,
+            attn: GPT2Attention::new(cfg, vb.pp("attn"))?,
+            ln_2: LayerNorm::new(c, eps, vb.pp("ln_2"))?,
+            mlp: GPT2MLP::new(cfg, vb.pp("mlp"))?,
+        })
+    }
+
+    fn mlp_residual(&self, x: Tensor) -> Result<Tensor> {
+        let h = self.mlp.forward(&self.ln_2.forward(&x)?)?;
+        Ok((x + h)?)
+    }
+}
+
+/// `GPT2Model` without `wte`: `tfmr.*` of a Turbo/Nano checkpoint.
+#[derive(Debug, Clone)]
+pub struct GPT2Model {
+    wpe: Tensor,
+    h: Vec<GPT2Block>,
+    ln_f: LayerNorm,
+    cfg: GPT2Config,
+}
+
+impl GPT2Model {
+    /// Loads `wpe`, `h.*` and `ln_f` under `vb`.
+    pub fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+        let mut h = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            h.push(GPT2Block::new(cfg, vb.pp("h").pp(i))?);
+        }
+        Ok(Self {
+            wpe: weight(&vb.pp("wpe"), &[cfg.n_positions, cfg.n_embd], "weight")?,
+            h,
+            ln_f: LayerNorm::new(cfg.n_embd, cfg.layer_norm_epsilon, vb.pp("ln_f"))?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GPT2Config {
+        &self.cfg
+    }
+
+    /// Positions `wpe` covers.
+    pub fn max_positions(&self) -> usize {
+        self.cfg.n_positions
+    }
+
+    /// Runs `[B, T, C]` embeddings at the next `T` positions of the caches; see
+    /// [`super::llama::LlamaModel::prefill`] for `hidden`.
+    pub fn prefill(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        mut hidden: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
+        let (_, t, _) = embeds.dims3()?;
+        let offset = caches.first().map_or(0, KvCache::len);
+        if offset + t > self.cfg.n_positions {
+            return Err(crate::T3Error::SequenceTooLong {
+                what: "GPT-2 position table (wpe)",
+                len: offset + t,
+                max: self.cfg.n_positions,
+            });
+        }
+        let mask = causal_mask(t, offset, embeds.device())?;
+        let mut x = embeds.broadcast_add(&self.wpe.narrow(0, offset, t)?)?;
+        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
+            let a = block.attn.prefill(&block.ln_1.forward(&x)?, &mask, cache)?;
+            x = block.mlp_residual((x + a)?)?;
+            if let Some(h) = hidden.as_deref_mut() {
+                h.push(x.clone());
+            }
+        }
+        let out = self.ln_f.forward(&x)?;
+        if let Some(h) = hidden {
+            h.push(out.clone());
+        }
+        Ok(out)
+    }
+
+    /// One `[B, 1, C]` step at the device-side position of `step` (capturable).
+    pub fn decode(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor> {
+        let pos_emb = self.wpe.index_select(&step.pos_dev, 0)?;
+        let mut x = embed.broadcast_add(&pos_emb)?;
+        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
+            let a = block.attn.decode(&block.ln_1.forward(&x)?, step, cache)?;
+            x = block.mlp_residual((x + a)?)?;
+        }
+        self.ln_f.forward(&x)
+    }
+}

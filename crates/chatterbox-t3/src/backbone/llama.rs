@@ -1,0 +1,279 @@
+//! Port of transformers 5.2 `LlamaModel` (models/llama/modeling_llama.py) as T3 uses it:
+//! input embeddings in, final-RMSNorm hidden states out, a preallocated KV cache.
+//!
+//! Fused at load: q/k/v into one projection (with the exact power-of-two query scale folded in)
+//! and gate/up into one; numerically the same products as the separate layers.
+use super::attention::{attend, causal_mask, query_scale, split_heads, StepIndex};
+use super::kv_cache::KvCache;
+use super::linear::{weight, Linear};
+use super::rope::RotaryTables;
+use crate::config::LlamaConfig;
+use crate::Result;
+use candle_core::{Tensor, D};
+use candle_nn::{Module, VarBuilder};
+
+/// `LlamaRMSNorm`.
+#[derive(Debug, Clone)]
+struct LlamaRMSNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl LlamaRMSNorm {
+    fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: weight(&vb, &[size], "weight")?,
+            eps: eps as f32,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(
+            &x.contiguous()?,
+            &self.weight,
+            self.eps,
+        )?)
+    }
+}
+
+/// `LlamaAttention` (no GQA: T3 has as many key/value heads as query heads).
+#[derive(Debug, Clone)]
+struct LlamaAttention {
+    qkv: Linear,
+    o_proj: Linear,
+    heads: usize,
+    head_dim: usize,
+    /// Score scale applied at run time when it cannot be folded exactly into the weights.
+    q_scale: Option<f64>,
+}
+
+impl LlamaAttention {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+        let (h, d, c) = (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size);
+        let (scale, exact) = query_scale(d);
+        let q = weight(&vb.pp("q_proj"), &[h * d, c], "weight")?;
+        let q = if exact { q.affine(scale, 0.0)? } else { q };
+        let k = weight(&vb.pp("k_proj"), &[h * d, c], "weight")?;
+        let v = weight(&vb.pp("v_proj"), &[h * d, c], "weight")?;
+        Ok(Self {
+            qkv: Linear::new(Tensor::cat(&[q, k, v], 0)?, None)?,
+            o_proj: Linear::load(vb.pp("o_proj"), h * d, c, false)?,
+            heads: h,
+            head_dim: d,
+            q_scale: (!exact).then_some(scale),
+        })
+    }
+
+    /// Projects and rotates: `[B, H, T, D]` q, k, v.
+    fn qkv(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let hd = self.heads * self.head_dim;
+        let qkv = self.qkv.forward(x)?;
+        let q = split_heads(&qkv.narrow(D::Minus1, 0, hd)?, self.heads, self.head_dim)?;
+        let k = split_heads(&qkv.narrow(D::Minus1, hd, hd)?, self.heads, self.head_dim)?;
+        let v = split_heads(
+            &qkv.narrow(D::Minus1, 2 * hd, hd)?,
+            self.heads,
+            self.head_dim,
+        )?;
+        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+        Ok((q, k, v))
+    }
+
+    fn prefill(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        mask: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let (q, k, v) = self.qkv(x, rope.0, rope.1)?;
+        let fresh = cache.is_empty();
+        cache.append(&k, &v)?;
+        let (k, v) = if fresh {
+            (k, v)
+        } else {
+            cache.written(q.dim(0)?)?
+        };
+        let y = attend(&q, &k, &v, Some(mask), self.q_scale)?;
+        Ok(self.o_proj.forward(&y)?)
+    }
+
+    fn decode(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        step: &StepIndex,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let (q, k, v) = self.qkv(x, rope.0, rope.1)?;
+        cache.write_step(&k, &v, &step.kv_index, step.pos)?;
+        let keys = cache.keys(step.attend)?;
+        let values = cache.values(step.attend)?;
+        let y = attend(&q, &keys, &values, step.mask.as_ref(), self.q_scale)?;
+        Ok(self.o_proj.forward(&y)?)
+    }
+}
+
+/// `LlamaMLP`: `down(silu(gate(x)) * up(x))`, gate and up fused.
+#[derive(Debug, Clone)]
+struct LlamaMLP {
+    gate_up: Linear,
+    down_proj: Linear,
+    intermediate: usize,
+}
+
+impl LlamaMLP {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+        let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let gate = weight(&vb.pp("gate_proj"), &[i, c], "weight")?;
+        let up = weight(&vb.pp("up_proj"), &[i, c], "weight")?;
+        Ok(Self {
+            gate_up: Linear::new(Tensor::cat(&[gate, up], 0)?, None)?,
+            down_proj: Linear::load(vb.pp("down_proj"), i, c, false)?,
+            intermediate: i,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gu = self.gate_up.forward(x)?;
+        let gate = gu.narrow(D::Minus1, 0, self.intermediate)?;
+        let up = gu.narrow(D::Minus1, self.intermediate, self.intermediate)?;
+        Ok(self
+            .down_proj
+            .forward(&(candle_nn::ops::silu(&gate)? * up)?)?)
+    }
+}
+
+/// `LlamaDecoderLayer`: pre-norm attention and MLP with residuals.
+#[derive(Debug, Clone)]
+struct LlamaDecoderLayer {
+    input_layernorm: LlamaRMSNorm,
+    self_attn: LlamaAttention,
+    post_attention_layernorm: LlamaRMSNorm,
+    mlp: LlamaMLP,
+}
+
+impl LlamaDecoderLayer {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            input_layernorm: LlamaRMSNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("input_layernorm"),
+            )?,
+            self_attn: LlamaAttention::new(cfg, vb.pp("self_attn"))?,
+            post_attention_layernorm: LlamaRMSNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("post_attention_layernorm"),
+            )?,
+            mlp: LlamaMLP::new(cfg, vb.pp("mlp"))?,
+        })
+    }
+
+    fn mlp_residual(&self, x: Tensor) -> Result<Tensor> {
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
+        Ok((x + h)?)
+    }
+}
+
+/// `LlamaModel` without its (unused) token embedding: `tfmr.*` of a T3 checkpoint.
+#[derive(Debug, Clone)]
+pub struct LlamaModel {
+    layers: Vec<LlamaDecoderLayer>,
+    norm: LlamaRMSNorm,
+    rope: RotaryTables,
+    cfg: LlamaConfig,
+}
+
+impl LlamaModel {
+    /// Loads `layers.*` and `norm` under `vb`, with RoPE tables for `positions` positions.
+    pub fn new(cfg: &LlamaConfig, positions: usize, vb: VarBuilder) -> Result<Self> {
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            layers.push(LlamaDecoderLayer::new(cfg, vb.pp("layers").pp(i))?);
+        }
+        Ok(Self {
+            layers,
+            norm: LlamaRMSNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("norm"))?,
+            rope: RotaryTables::new(cfg, positions, vb.dtype(), vb.device())?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Positions the RoPE tables cover.
+    pub fn max_positions(&self) -> usize {
+        self.rope.positions()
+    }
+
+    /// Runs `[B, T, C]` embeddings at the next `T` positions of the caches (from 0 when they
+    /// are empty; `B` may be 1 for a prefix shared by every cache row); returns the final-norm
+    /// hidden states. With `hidden`, each layer's output and then the final-norm output are
+    /// pushed (transformers' `output_hidden_states` minus the input embeddings).
+    pub fn prefill(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        mut hidden: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
+        let (_, t, _) = embeds.dims3()?;
+        let offset = caches.first().map_or(0, KvCache::len);
+        if offset + t > self.rope.positions() {
+            return Err(crate::T3Error::SequenceTooLong {
+                what: "RoPE table",
+                len: offset + t,
+                max: self.rope.positions(),
+            });
+        }
+        let (cos, sin) = self.rope.range(offset, t)?;
+        let mask = causal_mask(t, offset, embeds.device())?;
+        let mut x = embeds.clone();
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let a = layer.self_attn.prefill(
+                &layer.input_layernorm.forward(&x)?,
+                (&cos, &sin),
+                &mask,
+                cache,
+            )?;
+            x = layer.mlp_residual((x + a)?)?;
+            if let Some(h) = hidden.as_deref_mut() {
+                h.push(x.clone());
+            }
+        }
+        let out = self.norm.forward(&x)?;
+        if let Some(h) = hidden {
+            h.push(out.clone());
+        }
+        Ok(out)
+    }
+
+    /// One `[B, 1, C]` step at the device-side position of `step`; returns the final-norm
+    /// hidden state. Static shapes and no host offsets: capturable.
+    pub fn decode(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor> {
+        let (cos, sin) = self.rope.at(&step.pos_dev)?;
+        let mut x = embed.clone();
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let a = layer.self_attn.decode(
+                &layer.input_layernorm.forward(&x)?,
+                (&cos, &sin),
+                step,
+                cache,
+            )?;
+            x = layer.mlp_residual((x + a)?)?;
+        }
+        self.norm.forward(&x)
+    }
+}

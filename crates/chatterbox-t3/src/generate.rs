@@ -1,0 +1,418 @@
+//! Port of `T3.inference` and `T3.inference_turbo` (chatterbox/models/t3/t3.py, upstream
+//! 5de7a54) as a token stream: one token per `next()`, so a pipeline can start on the first
+//! tokens while T3 keeps generating.
+use crate::decode::{AttentionSpan, DecodeStep};
+use crate::sampling::{LogitsProcessorList, Sampler, Sampling, TokenPicker};
+use crate::t3::T3;
+use crate::{Result, T3Error};
+use candle_core::Tensor;
+
+/// Options of [`T3::generate`] / [`T3::inference`] (English and multilingual).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct GenerateOptions {
+    /// Most tokens generated (the stop token included). Default: `1000` (what `tts.py` passes).
+    pub max_new_tokens: usize,
+    /// Stop after the stop-of-speech token. The reference always stops (its `stop_on_eos`
+    /// argument is unused); `false` generates exactly `max_new_tokens` (benchmarks).
+    /// Default: `true`.
+    pub stop_on_eos: bool,
+    /// Softmax temperature (skipped at 1.0). Default: `0.8`.
+    pub temperature: f32,
+    /// Nucleus threshold; 1.0 still drops zero-probability tokens. Default: `1.0`
+    /// (`ChatterboxTTS.generate`; `T3.inference`'s own default is 0.95).
+    pub top_p: f32,
+    /// Drop tokens below `min_p` times the top probability. Default: `0.05`.
+    pub min_p: f32,
+    /// Repetition penalty over every id generated so far, the start token included.
+    /// Default: `1.2` (multilingual `generate`: 2.0, see [`GenerateOptions::multilingual`]).
+    pub repetition_penalty: f32,
+    /// Classifier-free guidance weight `w` in `cond + w · (cond − uncond)`; `0` runs one row.
+    /// Default: `0.5`.
+    pub cfg_weight: f32,
+    /// How tokens are drawn. Default: `Sampling::Seeded(0)`.
+    pub sampling: Sampling,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 1000,
+            stop_on_eos: true,
+            temperature: 0.8,
+            top_p: 1.0,
+            min_p: 0.05,
+            repetition_penalty: 1.2,
+            cfg_weight: 0.5,
+            sampling: Sampling::default(),
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// The defaults of `ChatterboxMultilingualTTS.generate` (upstream 5de7a54): repetition
+    /// penalty 2.0.
+    pub fn multilingual() -> Self {
+        Self {
+            repetition_penalty: 2.0,
+            ..Self::default()
+        }
+    }
+}
+
+/// Options of [`T3::generate_turbo`] / [`T3::inference_turbo`] (Turbo, Nano).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TurboOptions {
+    /// Softmax temperature (skipped when 0 or 1). Default: `0.8`.
+    pub temperature: f32,
+    /// Keep the `top_k` best scores (0 disables). Default: `1000`.
+    pub top_k: usize,
+    /// Nucleus threshold (1.0 disables). Default: `0.95`.
+    pub top_p: f32,
+    /// Repetition penalty, applied last (1.0 disables). Default: `1.2`.
+    pub repetition_penalty: f32,
+    /// Decode steps after the first token (so at most `max_gen_len + 1` tokens).
+    /// Default: `1000`.
+    pub max_gen_len: usize,
+    /// Stop after the stop-of-speech token; `false` runs all steps (benchmarks).
+    /// Default: `true`.
+    pub stop_on_eos: bool,
+    /// How tokens are drawn. Default: `Sampling::Seeded(0)`.
+    pub sampling: Sampling,
+}
+
+impl Default for TurboOptions {
+    fn default() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 1000,
+            top_p: 0.95,
+            repetition_penalty: 1.2,
+            max_gen_len: 1000,
+            stop_on_eos: true,
+            sampling: Sampling::default(),
+        }
+    }
+}
+
+/// Speech tokens of one generation, one per `next()`, the stop token included when it is
+/// drawn (then the stream ends). Created by [`T3::generate`] or [`T3::generate_turbo`].
+///
+/// Each `next()` feeds the previous token through the model (one decode step), then draws: the
+/// first token comes from the prefill done at creation.
+pub struct TokenStream<'a> {
+    model: &'a T3,
+    step: DecodeStep,
+    processors: LogitsProcessorList,
+    picker: TokenPicker,
+    sampler: Sampler,
+    prefix_len: usize,
+    /// Speech position of the first fed token (English: 1; Turbo: unused).
+    speech_pos_base: usize,
+    turbo: bool,
+    stop_token: Option<u32>,
+    max_tokens: usize,
+    drawn: usize,
+    fed: usize,
+    pending: Option<u32>,
+    stopped_on_eos: bool,
+    finished: bool,
+    bucket: Option<usize>,
+}
+
+impl<'a> TokenStream<'a> {
+    /// Attends over fixed-size length buckets (multiples of `size`, capped at the cache
+    /// capacity) with the unwritten tail masked on the device, instead of exactly the written
+    /// positions: the static shapes a captured CUDA graph needs (one graph per bucket). Same
+    /// results up to summation order.
+    pub fn use_buckets(&mut self, size: usize) {
+        self.bucket = (size > 0).then_some(size);
+    }
+
+    /// The buffers of the decode step (logits, processed scores, caches).
+    pub fn step(&self) -> &DecodeStep {
+        &self.step
+    }
+
+    /// Raw speech-head logits `[batch, vocab]` of the latest forward.
+    pub fn logits(&self) -> &Tensor {
+        self.step.logits()
+    }
+
+    /// Processed scores `[1, vocab]` the latest token was drawn from.
+    pub fn processed_logits(&self) -> &Tensor {
+        self.step.processed()
+    }
+
+    /// Tokens drawn so far.
+    pub fn tokens_drawn(&self) -> usize {
+        self.drawn
+    }
+
+    /// Whether the stream ended on the stop token.
+    pub fn stopped_on_eos(&self) -> bool {
+        self.stopped_on_eos
+    }
+
+    /// Teacher forcing: uses `token` as the latest drawn token (replacing the one `next()`
+    /// returned) and runs the model on it; the next `next()` draws from the resulting logits.
+    pub fn feed(&mut self, token: u32) -> Result<()> {
+        let vocab = self.model.config().speech_tokens_dict_size;
+        if token as usize >= vocab {
+            return Err(crate::error::invalid(
+                "token",
+                format!("{token} outside the speech vocabulary of {vocab}"),
+            ));
+        }
+        self.pending = None;
+        self.finished = false;
+        self.run_step(token)
+    }
+
+    fn run_step(&mut self, token: u32) -> Result<()> {
+        if self.turbo && self.fed == 0 {
+            // inference_turbo's processors see only the generated tokens after the first draw
+            // (the start token only at the first).
+            self.step.history().clear()?;
+        }
+        let speech_pos = if self.turbo {
+            0
+        } else {
+            self.speech_pos_base + self.fed
+        };
+        let pos = self.prefix_len + self.fed;
+        self.step.set_inputs(token, pos, speech_pos)?;
+        let span = match self.bucket {
+            Some(size) => AttentionSpan::Bucket(
+                (pos + 1)
+                    .div_ceil(size)
+                    .saturating_mul(size)
+                    .min(self.step.capacity()),
+            ),
+            None => AttentionSpan::Exact,
+        };
+        self.step.forward(self.model, span)?;
+        self.fed += 1;
+        Ok(())
+    }
+
+    fn advance(&mut self) -> Result<Option<u32>> {
+        if self.finished || self.drawn >= self.max_tokens {
+            self.finished = true;
+            return Ok(None);
+        }
+        // Host writes first (noise, then the fed token and positions), then the device work of
+        // the step (forward + select) back to back, then the one read: the order a captured
+        // graph of `forward` + `select` replays in.
+        if self.sampler.is_random() {
+            let noise = self.sampler.next_noise();
+            self.step.set_noise(noise)?;
+        }
+        if let Some(prev) = self.pending.take() {
+            self.run_step(prev)?;
+        }
+        self.step.select(&self.processors, &self.picker)?;
+        let Some(token) = self.step.read_token()? else {
+            self.finished = true;
+            if self.turbo && self.drawn > 0 {
+                // `if torch.all(processed_logits == -inf): break`
+                tracing::warn!("all processed logits are -inf: generation stops");
+                return Ok(None);
+            }
+            return Err(T3Error::NoValidToken { step: self.drawn });
+        };
+        self.drawn += 1;
+        // inference_turbo checks the stop token only inside its loop, not on the first token.
+        let checks_stop = !self.turbo || self.drawn > 1;
+        if checks_stop && Some(token) == self.stop_token {
+            self.finished = true;
+            self.stopped_on_eos = true;
+        } else {
+            self.pending = Some(token);
+        }
+        Ok(Some(token))
+    }
+}
+
+impl Iterator for TokenStream<'_> {
+    type Item = Result<u32>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.advance() {
+            Ok(Some(t)) => Some(Ok(t)),
+            Ok(None) => None,
+            Err(e) => {
+                self.finished = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl T3 {
+    fn check_len(&self, len: usize) -> Result<()> {
+        let max = self.backbone().max_positions();
+        if len > max {
+            return Err(T3Error::SequenceTooLong {
+                what: "backbone positions",
+                len,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// `inference` as a stream (English and multilingual): `cond_emb` from
+    /// [`T3::prepare_conditioning`], `text_tokens` with SOT/EOT (see [`T3::pad_text_tokens`]).
+    ///
+    /// Reproduces the reference's input quirks: the start-of-speech embedding ends the prompt
+    /// and is appended once more, generated token `i` is embedded at speech position `i + 1`,
+    /// and with `cfg_weight > 0` a second row with zeroed text embeddings runs alongside.
+    pub fn generate(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<TokenStream<'_>> {
+        let hp = self.config();
+        if hp.is_gpt() {
+            return Err(T3Error::WrongVariant {
+                expected: "English or multilingual (Llama)",
+                reason: "a GPT-2 T3 generates with generate_turbo".into(),
+            });
+        }
+        self.ensure_bot_eot(text_tokens)?;
+        let cfg = opts.cfg_weight > 0.0;
+        let start = hp.start_speech_token;
+        let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], cfg)?;
+        let dev = self.device();
+        let bos =
+            self.speech_step_embed(&Tensor::new(&[start], dev)?, &Tensor::new(&[0u32], dev)?)?;
+        let (b, _, c) = embeds.dims3()?;
+        let embeds = Tensor::cat(&[&embeds, &bos.broadcast_as((b, 1, c))?], 1)?;
+        let prefix_len = embeds.dim(1)?;
+        let max = opts.max_new_tokens;
+        if max > hp.speech_positions() {
+            return Err(T3Error::SequenceTooLong {
+                what: "speech position table",
+                len: max,
+                max: hp.speech_positions(),
+            });
+        }
+        let capacity = prefix_len + max.max(1);
+        self.check_len(capacity)?;
+        let mut step = DecodeStep::new(self, b, capacity, cfg.then_some(opts.cfg_weight))?;
+        let vocab = hp.speech_tokens_dict_size;
+        let processors = LogitsProcessorList::t3(
+            opts.repetition_penalty,
+            opts.temperature,
+            opts.min_p,
+            opts.top_p,
+            vocab,
+            dev,
+        )?;
+        step.history().push(&Tensor::new(&[[start]], dev)?)?;
+        // The conditioning prefix is the same in both CFG rows: computed once.
+        step.prefill(self, &embeds, cond_emb.dim(1)?)?;
+        Ok(TokenStream {
+            model: self,
+            step,
+            processors,
+            picker: TokenPicker::new(vocab, dev)?,
+            sampler: Sampler::new(opts.sampling, vocab),
+            prefix_len,
+            speech_pos_base: 1,
+            turbo: false,
+            stop_token: opts.stop_on_eos.then_some(hp.stop_speech_token),
+            max_tokens: max,
+            drawn: 0,
+            fed: 0,
+            pending: None,
+            stopped_on_eos: false,
+            finished: false,
+            bucket: None,
+        })
+    }
+
+    /// `T3.inference`: every token [`T3::generate`] yields, the stop token included (as the
+    /// reference returns it).
+    pub fn inference(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<Vec<u32>> {
+        self.generate(cond_emb, text_tokens, opts)?.collect()
+    }
+
+    /// `inference_turbo` as a stream (Turbo, Nano): `text_tokens` are GPT-2 ids (no SOT/EOT),
+    /// no CFG, no learned positions (GPT-2's `wpe` covers the whole sequence).
+    pub fn generate_turbo(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &TurboOptions,
+    ) -> Result<TokenStream<'_>> {
+        let hp = self.config();
+        if !hp.is_gpt() {
+            return Err(T3Error::WrongVariant {
+                expected: "Turbo or Nano (GPT-2)",
+                reason: "a Llama T3 generates with generate".into(),
+            });
+        }
+        let start = hp.start_speech_token;
+        let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], false)?;
+        let prefix_len = embeds.dim(1)?;
+        let capacity = prefix_len + opts.max_gen_len;
+        self.check_len(capacity)?;
+        let dev = self.device();
+        let mut step = DecodeStep::new(self, 1, capacity, None)?;
+        let vocab = hp.speech_tokens_dict_size;
+        let processors = LogitsProcessorList::turbo(
+            opts.temperature,
+            opts.top_k,
+            opts.top_p,
+            opts.repetition_penalty,
+            vocab,
+            dev,
+        )?;
+        step.history().push(&Tensor::new(&[[start]], dev)?)?;
+        step.prefill(self, &embeds, 0)?;
+        Ok(TokenStream {
+            model: self,
+            step,
+            processors,
+            picker: TokenPicker::new(vocab, dev)?,
+            sampler: Sampler::new(opts.sampling, vocab),
+            prefix_len,
+            speech_pos_base: 0,
+            turbo: true,
+            stop_token: opts.stop_on_eos.then_some(hp.stop_speech_token),
+            max_tokens: opts.max_gen_len + 1,
+            drawn: 0,
+            fed: 0,
+            pending: None,
+            stopped_on_eos: false,
+            finished: false,
+            bucket: None,
+        })
+    }
+
+    /// `T3.inference_turbo`: the tokens of [`T3::generate_turbo`] without a final stop token
+    /// (as the reference returns them).
+    pub fn inference_turbo(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &TurboOptions,
+    ) -> Result<Vec<u32>> {
+        let mut tokens: Vec<u32> = self
+            .generate_turbo(cond_emb, text_tokens, opts)?
+            .collect::<Result<_>>()?;
+        if tokens.last() == Some(&self.config().stop_speech_token) {
+            tokens.pop();
+        }
+        Ok(tokens)
+    }
+}

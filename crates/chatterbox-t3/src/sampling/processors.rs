@@ -1,0 +1,320 @@
+//! transformers 5.2's logits processors (generation/logits_process.py) as device tensor ops on
+//! `[rows, vocab]` f32 scores: no host round trip, every constant allocated at construction
+//! (so a captured CUDA graph can replay them).
+use super::cumsum::BlockCumsum;
+use super::history::TokenHistory;
+use crate::{Result, T3Error};
+use candle_core::{Device, Tensor, D};
+
+fn scalar(v: f32, dev: &Device) -> Result<Tensor> {
+    Ok(Tensor::new(&[[v]], dev)?)
+}
+
+/// `scores.masked_fill(remove, -inf)`.
+fn mask_fill(remove: &Tensor, scores: &Tensor, neg_inf: &Tensor) -> Result<Tensor> {
+    let ninf = neg_inf.broadcast_as(scores.shape())?;
+    Ok(remove.where_cond(&ninf, scores)?)
+}
+
+/// `RepetitionPenaltyLogitsProcessor`: each token id seen so far gets
+/// `score < 0 ? score * penalty : score / penalty`, once however often it occurs.
+#[derive(Debug, Clone)]
+pub struct RepetitionPenaltyLogitsProcessor {
+    penalty: Tensor,
+    zero: Tensor,
+}
+
+impl RepetitionPenaltyLogitsProcessor {
+    /// `penalty` must be strictly positive.
+    pub fn new(penalty: f32, dev: &Device) -> Result<Self> {
+        if penalty.is_nan() || penalty <= 0.0 {
+            return Err(T3Error::InvalidSampling {
+                name: "repetition_penalty",
+                value: penalty as f64,
+                reason: "must be a strictly positive float",
+            });
+        }
+        Ok(Self {
+            penalty: scalar(penalty, dev)?,
+            zero: scalar(0.0, dev)?,
+        })
+    }
+
+    /// Applies the penalty to the ids in `history`.
+    pub fn process(&self, history: &TokenHistory, scores: &Tensor) -> Result<Tensor> {
+        let shape = scores.shape();
+        let neg = scores.broadcast_lt(&self.zero)?;
+        let pen = neg.where_cond(
+            &scores.broadcast_mul(&self.penalty)?,
+            &scores.broadcast_div(&self.penalty)?,
+        )?;
+        Ok(history
+            .mask()
+            .broadcast_as(shape)?
+            .where_cond(&pen, scores)?)
+    }
+}
+
+/// `TemperatureLogitsWarper`: `scores / temperature` (a true division, as torch does).
+#[derive(Debug, Clone)]
+pub struct TemperatureLogitsWarper {
+    temperature: Tensor,
+}
+
+impl TemperatureLogitsWarper {
+    /// `temperature` must be strictly positive.
+    pub fn new(temperature: f32, dev: &Device) -> Result<Self> {
+        if temperature.is_nan() || temperature <= 0.0 {
+            return Err(T3Error::InvalidSampling {
+                name: "temperature",
+                value: temperature as f64,
+                reason: "must be a strictly positive float",
+            });
+        }
+        Ok(Self {
+            temperature: scalar(temperature, dev)?,
+        })
+    }
+
+    /// Divides the scores.
+    pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        Ok(scores.broadcast_div(&self.temperature)?)
+    }
+}
+
+/// `MinPLogitsWarper`: drops tokens whose probability is below `min_p` times the top one
+/// (the top token always stays: `min_p <= 1`).
+#[derive(Debug, Clone)]
+pub struct MinPLogitsWarper {
+    min_p: Tensor,
+    neg_inf: Tensor,
+}
+
+impl MinPLogitsWarper {
+    /// `min_p` must be in `[0, 1]`.
+    pub fn new(min_p: f32, dev: &Device) -> Result<Self> {
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(T3Error::InvalidSampling {
+                name: "min_p",
+                value: min_p as f64,
+                reason: "must be in [0, 1]",
+            });
+        }
+        Ok(Self {
+            min_p: scalar(min_p, dev)?,
+            neg_inf: scalar(f32::NEG_INFINITY, dev)?,
+        })
+    }
+
+    /// Filters the scores.
+    pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
+        let top = probs.max_keepdim(D::Minus1)?;
+        let thr = top.broadcast_mul(&self.min_p)?;
+        let remove = probs.broadcast_lt(&thr)?;
+        mask_fill(&remove, scores, &self.neg_inf)
+    }
+}
+
+/// `TopPLogitsWarper`: sorts ascending and drops the tokens whose cumulative probability is at
+/// most `1 - top_p`, always keeping the most likely one. `top_p = 1` drops exactly the tokens
+/// of zero probability (computed without sorting).
+#[derive(Debug, Clone)]
+pub struct TopPLogitsWarper {
+    threshold: Tensor,
+    keep_last: Tensor,
+    neg_inf: Tensor,
+    zero: Tensor,
+    cumsum: Option<BlockCumsum>,
+}
+
+impl TopPLogitsWarper {
+    /// `top_p` must be in `[0, 1]`; `vocab` sizes the constants.
+    pub fn new(top_p: f32, vocab: usize, dev: &Device) -> Result<Self> {
+        if !(0.0..=1.0).contains(&top_p) {
+            return Err(T3Error::InvalidSampling {
+                name: "top_p",
+                value: top_p as f64,
+                reason: "must be in [0, 1]",
+            });
+        }
+        // transformers compares the f32 cumulative sums with the double `1 - top_p`, which
+        // torch rounds to f32 for the comparison.
+        let threshold = (1.0 - top_p as f64) as f32;
+        let mut keep = vec![1u8; vocab];
+        if let Some(last) = keep.last_mut() {
+            *last = 0;
+        }
+        Ok(Self {
+            threshold: scalar(threshold, dev)?,
+            keep_last: Tensor::from_vec(keep, (1, vocab), dev)?,
+            neg_inf: scalar(f32::NEG_INFINITY, dev)?,
+            zero: scalar(0.0, dev)?,
+            cumsum: (top_p < 1.0)
+                .then(|| BlockCumsum::new(vocab, dev))
+                .transpose()?,
+        })
+    }
+
+    /// Filters the scores.
+    pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        let scores = scores.contiguous()?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let Some(cumsum) = &self.cumsum else {
+            // cumsum <= 0 holds exactly for the ascending run of zero probabilities; the top
+            // token has a positive probability, so `min_tokens_to_keep` never matters.
+            let remove = probs.broadcast_le(&self.zero)?;
+            return mask_fill(&remove, &scores, &self.neg_inf);
+        };
+        let order = scores.arg_sort_last_dim(true)?;
+        let sorted = probs.gather(&order, D::Minus1)?;
+        let cum = cumsum.forward(&sorted)?;
+        let remove_sorted = cum
+            .broadcast_le(&self.threshold)?
+            .broadcast_mul(&self.keep_last)?;
+        let remove = remove_sorted
+            .zeros_like()?
+            .scatter(&order, &remove_sorted, 1)?;
+        mask_fill(&remove, &scores, &self.neg_inf)
+    }
+}
+
+/// `TopKLogitsWarper`: keeps the tokens scoring at least the `top_k`-th best (ties kept).
+#[derive(Debug, Clone)]
+pub struct TopKLogitsWarper {
+    k: usize,
+    neg_inf: Tensor,
+}
+
+impl TopKLogitsWarper {
+    /// `top_k` must be positive; it is clipped to the vocabulary.
+    pub fn new(top_k: usize, vocab: usize, dev: &Device) -> Result<Self> {
+        if top_k == 0 {
+            return Err(T3Error::InvalidSampling {
+                name: "top_k",
+                value: 0.0,
+                reason: "must be a strictly positive integer",
+            });
+        }
+        Ok(Self {
+            k: top_k.min(vocab),
+            neg_inf: scalar(f32::NEG_INFINITY, dev)?,
+        })
+    }
+
+    /// Filters the scores.
+    pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        let scores = scores.contiguous()?;
+        let order = scores.arg_sort_last_dim(false)?;
+        let kth = scores.gather(
+            &order.narrow(D::Minus1, self.k - 1, 1)?.contiguous()?,
+            D::Minus1,
+        )?;
+        let remove = scores.broadcast_lt(&kth)?;
+        mask_fill(&remove, &scores, &self.neg_inf)
+    }
+}
+
+/// One processor of a [`LogitsProcessorList`].
+#[derive(Debug, Clone)]
+pub enum LogitsProcessor {
+    /// See [`RepetitionPenaltyLogitsProcessor`].
+    RepetitionPenalty(RepetitionPenaltyLogitsProcessor),
+    /// See [`TemperatureLogitsWarper`].
+    Temperature(TemperatureLogitsWarper),
+    /// See [`MinPLogitsWarper`].
+    MinP(MinPLogitsWarper),
+    /// See [`TopPLogitsWarper`].
+    TopP(TopPLogitsWarper),
+    /// See [`TopKLogitsWarper`].
+    TopK(TopKLogitsWarper),
+}
+
+impl LogitsProcessor {
+    /// Applies the processor; `history` is the ids generated so far (repetition penalty).
+    pub fn process(&self, history: &TokenHistory, scores: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::RepetitionPenalty(p) => p.process(history, scores),
+            Self::Temperature(p) => p.process(scores),
+            Self::MinP(p) => p.process(scores),
+            Self::TopP(p) => p.process(scores),
+            Self::TopK(p) => p.process(scores),
+        }
+    }
+}
+
+/// Processors applied in order (transformers' `LogitsProcessorList`).
+#[derive(Debug, Clone, Default)]
+pub struct LogitsProcessorList(pub Vec<LogitsProcessor>);
+
+impl LogitsProcessorList {
+    /// The English/multilingual order of `T3.inference`: repetition penalty, temperature
+    /// (skipped at 1.0), min-p, top-p.
+    pub fn t3(
+        repetition_penalty: f32,
+        temperature: f32,
+        min_p: f32,
+        top_p: f32,
+        vocab: usize,
+        dev: &Device,
+    ) -> Result<Self> {
+        let mut v = vec![LogitsProcessor::RepetitionPenalty(
+            RepetitionPenaltyLogitsProcessor::new(repetition_penalty, dev)?,
+        )];
+        if temperature != 1.0 {
+            v.push(LogitsProcessor::Temperature(TemperatureLogitsWarper::new(
+                temperature,
+                dev,
+            )?));
+        }
+        v.push(LogitsProcessor::MinP(MinPLogitsWarper::new(min_p, dev)?));
+        v.push(LogitsProcessor::TopP(TopPLogitsWarper::new(
+            top_p, vocab, dev,
+        )?));
+        Ok(Self(v))
+    }
+
+    /// The order of `T3.inference_turbo`: temperature (if > 0 and != 1), top-k (if > 0), top-p
+    /// (if < 1), repetition penalty (if != 1).
+    pub fn turbo(
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        repetition_penalty: f32,
+        vocab: usize,
+        dev: &Device,
+    ) -> Result<Self> {
+        let mut v = Vec::new();
+        if temperature > 0.0 && temperature != 1.0 {
+            v.push(LogitsProcessor::Temperature(TemperatureLogitsWarper::new(
+                temperature,
+                dev,
+            )?));
+        }
+        if top_k > 0 {
+            v.push(LogitsProcessor::TopK(TopKLogitsWarper::new(
+                top_k, vocab, dev,
+            )?));
+        }
+        if top_p < 1.0 {
+            v.push(LogitsProcessor::TopP(TopPLogitsWarper::new(
+                top_p, vocab, dev,
+            )?));
+        }
+        if repetition_penalty != 1.0 {
+            v.push(LogitsProcessor::RepetitionPenalty(
+                RepetitionPenaltyLogitsProcessor::new(repetition_penalty, dev)?,
+            ));
+        }
+        Ok(Self(v))
+    }
+
+    /// Applies every processor in order.
+    pub fn process(&self, history: &TokenHistory, scores: &Tensor) -> Result<Tensor> {
+        let mut s = scores.clone();
+        for p in &self.0 {
+            s = p.process(history, &s)?;
+        }
+        Ok(s)
+    }
+}
