@@ -202,6 +202,7 @@ def record(rec):
                                  processed_steps=3))
     _processors(rec, c)
     _rope(rec, c)
+    _alignment(rec)
     if rec.full:
         _llama(rec, c, "en_full", dict(n_prompt=150, text=[255] + list(range(20, 80)) + [0], rep=1.2, seed=4,
                                         processed_steps=2, full=True))
@@ -442,3 +443,107 @@ def _rope(rec, c):
     rec.case(c, case, "rope", inputs={"positions": positions[0]},
              outputs={"inv_freq": rot.inv_freq, "cos": cos[0, :, :half], "sin": sin[0, :, :half]},
              tolerances={k: rel_tol(ROPE_RTOL) for k in ("inv_freq", "cos", "sin")})
+
+
+# The multilingual alignment-stream analyzer (removed upstream before 5de7a54): the original code
+# is kept in parity/legacy/. Its hooks need (layer, head) pairs that exist in the tiny 2-layer,
+# 2-head model, so LLAMA_ALIGNED_HEADS is mapped onto it (Rust takes the pairs as a config).
+ALIGN_COMPONENT = "t3_alignment"
+ALIGN_HEADS = [(1, 1), (1, 0), (0, 1)]  # stands in for [(12, 15), (13, 11), (9, 2)]
+ATTN_RTOL = 1e-5  # softmax rows of 3 heads: eager f32 attention vs candle matmul + softmax [3e-7]
+
+
+def forced_then_argmax(tokens):
+    """`tokens` for the first draws (teacher forcing), then argmax."""
+    it = iter(list(tokens))
+
+    def multinomial(probs, num_samples=1, **_):
+        t = next(it, None)
+        return probs.argmax(dim=-1, keepdim=True) if t is None else torch.tensor([[t]], dtype=torch.long)
+    return multinomial
+
+
+def _alignment(rec):
+    """`T3.inference` of the multilingual release (chatterbox-tts 0.1.4-0.1.6) with its
+    AlignmentStreamAnalyzer: created per call when `is_multilingual`, hooks on 3 heads (the model
+    switched to eager attention), `analyzer.step(logits, next_token=generated_ids[0, -1])` right
+    after the CFG combine, before the repetition penalty. Greedy (argmax) and the stop token on:
+    a forced EOS ends the run. Weights: the t3/mtl case's (same `build("mtl")`), not saved again."""
+    case = "mtl_alignment"
+    if not rec.want(ALIGN_COMPONENT, case, "t3_alignment"):
+        return
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "legacy"))
+    import alignment_stream_analyzer as legacy
+    legacy.LLAMA_ALIGNED_HEADS = list(ALIGN_HEADS)
+
+    t3, cfg = build("mtl")
+    t3.tfmr.config._attn_implementation = "eager"  # what output_attentions=True did in transformers 4.x
+    spk, toks = make_cond(t3, 10, 2)
+    emotion = 0.5
+    runs = {
+        "": dict(text=[255, 9, 2453, 700, 1200, 5, 41, 88, 0], rep=2.0),
+        # teacher-forced first tokens with a repeat: token repetition forces EOS at the next step
+        "_forced": dict(text=[255, 9, 2453, 700, 1200, 5, 41, 88, 0], rep=2.0, forced=[6742, 1657, 1657]),
+        "_short": dict(text=[255, 17, 300, 1000, 42, 0], rep=2.0),
+    }
+    cfg_weight, temperature, min_p, top_p = 0.5, 0.8, 0.05, 1.0
+    eos = t3.hp.stop_speech_token
+    outputs, tols, inputs = {}, {}, {"speaker_emb": spk, "prompt_tokens": toks}
+    for suffix, run in runs.items():
+        text2 = torch.tensor([run["text"], run["text"]])
+        with torch.inference_mode():
+            len_cond = t3.prepare_conditioning(cond_of(spk, toks, emotion)).size(1)
+        an = legacy.AlignmentStreamAnalyzer(t3.tfmr, None, text_tokens_slice=(len_cond, len_cond + text2.size(-1)),
+                                            alignment_layer_idx=9, eos_idx=eos)
+        frames, states, prefill = [], [], []
+        orig_step = an.step
+
+        def step(logits, next_token=None, an=an, orig_step=orig_step, frames=frames, states=states,
+                 prefill=prefill):
+            i, j = an.text_tokens_slice
+            heads = torch.stack(an.last_aligned_attns)  # (3, Tq, Tk) of the conditional row
+            if an.curr_frame_pos == 0:
+                prefill.append(heads[:, j:, :].clone())
+                heads = heads[:, j:, :]
+            frames.append(heads[:, :, i:j].permute(1, 0, 2).clone())
+            out = orig_step(logits, next_token)
+            forced = bool(out[0, eos] == 2 ** 15)
+            suppressed = (not forced) and bool(out[0, eos] == -(2 ** 15))
+            states.append([int(an.text_position), int(an.started), int(an.complete), int(suppressed), int(forced)])
+            return out
+        an.step = step
+
+        class AnalyzerThenRepetitionPenalty(RepetitionPenaltyLogitsProcessor):
+            def __call__(self, input_ids, scores, an=an):
+                scores = an.step(scores, next_token=input_ids[0, -1].item())
+                return super().__call__(input_ids, scores)
+
+        try:
+            with patched(t3_module, "RepetitionPenaltyLogitsProcessor", AnalyzerThenRepetitionPenalty), \
+                    patched(torch, "multinomial", forced_then_argmax(run.get("forced", []))):
+                tokens = t3.inference(t3_cond=cond_of(spk, toks, emotion), text_tokens=text2,
+                                      max_new_tokens=N_GREEDY, temperature=temperature, top_p=top_p,
+                                      min_p=min_p, repetition_penalty=run["rep"], cfg_weight=cfg_weight)[0]
+        finally:
+            for layer in t3.tfmr.layers:  # the analyzer never removes its hooks
+                layer.self_attn._forward_hooks.clear()
+        inputs[f"text_tokens{suffix}"] = torch.tensor(run["text"])
+        if run.get("forced"):
+            inputs[f"forced_tokens{suffix}"] = torch.tensor(run["forced"])
+        outputs[f"tokens{suffix}"] = tokens
+        outputs[f"state{suffix}"] = torch.tensor(states, dtype=torch.long)
+        outputs[f"attn_text{suffix}"] = torch.cat(frames)
+        tols.update({f"tokens{suffix}": exact(), f"state{suffix}": exact(), f"attn_text{suffix}": rel_tol(ATTN_RTOL)})
+        if suffix == "":
+            outputs["prefill_attn"] = prefill[0]
+            tols["prefill_attn"] = rel_tol(ATTN_RTOL)
+    config = dict(hp=cfg, weights_case="t3/mtl", aligned_heads=[list(p) for p in ALIGN_HEADS],
+                  runs={k or "main": v for k, v in runs.items()}, cfg_weight=cfg_weight, temperature=temperature,
+                  min_p=min_p, top_p=top_p, max_new_tokens=N_GREEDY, emotion_adv=emotion, len_cond=len_cond)
+    rec.case(ALIGN_COMPONENT, case, "t3_alignment", inputs=inputs, outputs=outputs, tolerances=tols,
+             config=config, state_dict=None,
+             notes="tokens: greedy with the analyzer on (stop on EOS); state rows per step: text_position, "
+                   "started, complete, eos_suppressed, eos_forced; attn_text: per alignment frame (2 prefill "
+                   "rows, then 1 per step) the 3 heads' attention over the text span; prefill_attn: the 2 "
+                   "prefill rows over all keys. Weights: t3/mtl.safetensors")

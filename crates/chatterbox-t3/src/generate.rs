@@ -1,7 +1,9 @@
 //! Port of `T3.inference` and `T3.inference_turbo` (chatterbox/models/t3/t3.py, upstream
 //! 5de7a54) as a token stream: one token per `next()`, so a pipeline can start on the first
 //! tokens while T3 keeps generating.
+use crate::alignment::{AlignmentAnalysisResult, AlignmentAnalyzerConfig, AlignmentRun};
 use crate::decode::{AttentionSpan, DecodeStep};
+use crate::graph::DecodeGraphs;
 use crate::sampling::{LogitsProcessorList, Sampler, Sampling, TokenPicker};
 use crate::t3::T3;
 use crate::{Result, T3Error};
@@ -32,6 +34,15 @@ pub struct GenerateOptions {
     pub cfg_weight: f32,
     /// How tokens are drawn. Default: `Sampling::Seeded(0)`.
     pub sampling: Sampling,
+    /// On CUDA, replay each decode step as a CUDA graph (captured per attention bucket of
+    /// [`DEFAULT_GRAPH_BUCKET`] positions); ignored on other devices. Default: `true`.
+    pub cuda_graphs: bool,
+    /// The multilingual alignment-stream analyzer (off by default): suppresses the stop token
+    /// until the text is nearly read and forces it on a long tail, an alignment repetition or
+    /// a token repeated twice in a row. When on, decode steps run eagerly (no CUDA graph), the
+    /// attention of its three heads is computed alongside, and each step reads `3 × text_len`
+    /// floats to the host. See [`AlignmentAnalyzerConfig`].
+    pub alignment: Option<AlignmentAnalyzerConfig>,
 }
 
 impl Default for GenerateOptions {
@@ -45,6 +56,8 @@ impl Default for GenerateOptions {
             repetition_penalty: 1.2,
             cfg_weight: 0.5,
             sampling: Sampling::default(),
+            cuda_graphs: true,
+            alignment: None,
         }
     }
 }
@@ -80,6 +93,9 @@ pub struct TurboOptions {
     pub stop_on_eos: bool,
     /// How tokens are drawn. Default: `Sampling::Seeded(0)`.
     pub sampling: Sampling,
+    /// On CUDA, replay each decode step as a CUDA graph (captured per attention bucket of
+    /// [`DEFAULT_GRAPH_BUCKET`] positions); ignored on other devices. Default: `true`.
+    pub cuda_graphs: bool,
 }
 
 impl Default for TurboOptions {
@@ -92,9 +108,14 @@ impl Default for TurboOptions {
             max_gen_len: 1000,
             stop_on_eos: true,
             sampling: Sampling::default(),
+            cuda_graphs: true,
         }
     }
 }
+
+/// Attention-length bucket of the CUDA-graph decode path: each graph attends over a multiple
+/// of this many positions (the unwritten tail masked), so one graph serves 256 steps.
+pub const DEFAULT_GRAPH_BUCKET: usize = 256;
 
 /// Speech tokens of one generation, one per `next()`, the stop token included when it is
 /// drawn (then the stream ends). Created by [`T3::generate`] or [`T3::generate_turbo`].
@@ -119,6 +140,8 @@ pub struct TokenStream<'a> {
     stopped_on_eos: bool,
     finished: bool,
     bucket: Option<usize>,
+    graphs: Option<DecodeGraphs>,
+    alignment: Option<AlignmentRun>,
 }
 
 impl<'a> TokenStream<'a> {
@@ -128,6 +151,29 @@ impl<'a> TokenStream<'a> {
     /// results up to summation order.
     pub fn use_buckets(&mut self, size: usize) {
         self.bucket = (size > 0).then_some(size);
+    }
+
+    /// Replays decode steps as CUDA graphs over attention buckets of `bucket` positions (on a
+    /// CUDA device; elsewhere, or with `bucket == 0`, steps stay eager). Returns whether graphs
+    /// are on. The first step of each bucket runs eagerly and is captured; a failed capture
+    /// falls back to eager decoding with a warning. Teacher forcing ([`TokenStream::feed`])
+    /// always runs eagerly.
+    pub fn use_cuda_graphs(&mut self, bucket: usize) -> bool {
+        if self.alignment.is_some() {
+            // the analyzer drives its own (eager) steps
+            self.graphs = None;
+            return false;
+        }
+        self.graphs = DecodeGraphs::for_step(&self.step, bucket);
+        if let Some(g) = &self.graphs {
+            self.bucket = Some(g.bucket());
+        }
+        self.graphs.is_some()
+    }
+
+    /// CUDA graphs captured so far (0 when decoding eagerly).
+    pub fn cuda_graphs_captured(&self) -> usize {
+        self.graphs.as_ref().map_or(0, |g| g.captured())
     }
 
     /// The buffers of the decode step (logits, processed scores, caches).
@@ -148,6 +194,24 @@ impl<'a> TokenStream<'a> {
     /// Tokens drawn so far.
     pub fn tokens_drawn(&self) -> usize {
         self.drawn
+    }
+
+    /// The alignment-stream analyzer's latest result (`None` when it is off).
+    pub fn alignment_result(&self) -> Option<&AlignmentAnalysisResult> {
+        self.alignment.as_ref().and_then(AlignmentRun::last_result)
+    }
+
+    /// The alignment-stream analyzer's state (`None` when it is off).
+    pub fn alignment_analyzer(&self) -> Option<&crate::alignment::AlignmentStreamAnalyzer> {
+        self.alignment.as_ref().map(AlignmentRun::analyzer)
+    }
+
+    /// Runs the sampling part of a step: the analyzer's path when it is on.
+    fn select(&mut self) -> Result<()> {
+        match self.alignment.as_mut() {
+            Some(a) => a.select(&self.step, &self.processors, &self.picker),
+            None => self.step.select(&self.processors, &self.picker),
+        }
     }
 
     /// Whether the stream ended on the stop token.
@@ -171,30 +235,71 @@ impl<'a> TokenStream<'a> {
     }
 
     fn run_step(&mut self, token: u32) -> Result<()> {
-        if self.turbo && self.fed == 0 {
+        let span = self.write_inputs(token)?;
+        match self.alignment.as_mut() {
+            Some(a) => a.forward(self.model, &self.step, token, self.prefix_len + self.fed)?,
+            None => self.step.forward(self.model, span)?,
+        }
+        self.fed += 1;
+        Ok(())
+    }
+
+    /// Feeds `token` and draws from its logits in one go: a graph replay when graphs are on.
+    fn run_step_and_select(&mut self, token: u32) -> Result<()> {
+        let Some(graphs) = self.graphs.as_mut() else {
+            self.run_step(token)?;
+            return self.select();
+        };
+        let span = Self::write_inputs_of(
+            &mut self.step,
+            (self.turbo, self.fed, self.speech_pos_base, self.prefix_len),
+            self.bucket,
+            token,
+        )?;
+        graphs.run(
+            &mut self.step,
+            self.model,
+            span,
+            &self.processors,
+            &self.picker,
+        )?;
+        self.fed += 1;
+        Ok(())
+    }
+
+    /// Writes the step inputs for feeding `token` and returns the attention span to run.
+    fn write_inputs(&mut self, token: u32) -> Result<AttentionSpan> {
+        Self::write_inputs_of(
+            &mut self.step,
+            (self.turbo, self.fed, self.speech_pos_base, self.prefix_len),
+            self.bucket,
+            token,
+        )
+    }
+
+    fn write_inputs_of(
+        step: &mut DecodeStep,
+        (turbo, fed, speech_pos_base, prefix_len): (bool, usize, usize, usize),
+        bucket: Option<usize>,
+        token: u32,
+    ) -> Result<AttentionSpan> {
+        if turbo && fed == 0 {
             // inference_turbo's processors see only the generated tokens after the first draw
             // (the start token only at the first).
-            self.step.history().clear()?;
+            step.history().clear()?;
         }
-        let speech_pos = if self.turbo {
-            0
-        } else {
-            self.speech_pos_base + self.fed
-        };
-        let pos = self.prefix_len + self.fed;
-        self.step.set_inputs(token, pos, speech_pos)?;
-        let span = match self.bucket {
+        let speech_pos = if turbo { 0 } else { speech_pos_base + fed };
+        let pos = prefix_len + fed;
+        step.set_inputs(token, pos, speech_pos)?;
+        Ok(match bucket {
             Some(size) => AttentionSpan::Bucket(
                 (pos + 1)
                     .div_ceil(size)
                     .saturating_mul(size)
-                    .min(self.step.capacity()),
+                    .min(step.capacity()),
             ),
             None => AttentionSpan::Exact,
-        };
-        self.step.forward(self.model, span)?;
-        self.fed += 1;
-        Ok(())
+        })
     }
 
     fn advance(&mut self) -> Result<Option<u32>> {
@@ -209,10 +314,10 @@ impl<'a> TokenStream<'a> {
             let noise = self.sampler.next_noise();
             self.step.set_noise(noise)?;
         }
-        if let Some(prev) = self.pending.take() {
-            self.run_step(prev)?;
+        match self.pending.take() {
+            Some(prev) => self.run_step_and_select(prev)?,
+            None => self.select()?,
         }
-        self.step.select(&self.processors, &self.picker)?;
         let Some(token) = self.step.read_token()? else {
             self.finished = true;
             if self.turbo && self.drawn > 0 {
@@ -314,7 +419,22 @@ impl T3 {
         )?;
         step.history().push(&Tensor::new(&[[start]], dev)?)?;
         // The conditioning prefix is the same in both CFG rows: computed once.
-        step.prefill(self, &embeds, cond_emb.dim(1)?)?;
+        let len_cond = cond_emb.dim(1)?;
+        let alignment = match &opts.alignment {
+            Some(a) => Some(AlignmentRun::start(
+                self,
+                &step,
+                a,
+                &embeds,
+                len_cond,
+                (len_cond, len_cond + text_tokens.len()),
+                cfg.then_some(opts.cfg_weight),
+            )?),
+            None => {
+                step.prefill(self, &embeds, len_cond)?;
+                None
+            }
+        };
         Ok(TokenStream {
             model: self,
             step,
@@ -332,6 +452,14 @@ impl T3 {
             stopped_on_eos: false,
             finished: false,
             bucket: None,
+            graphs: None,
+            alignment,
+        })
+        .map(|mut s| {
+            if opts.cuda_graphs && s.alignment.is_none() {
+                s.use_cuda_graphs(DEFAULT_GRAPH_BUCKET);
+            }
+            s
         })
     }
 
@@ -396,6 +524,14 @@ impl T3 {
             stopped_on_eos: false,
             finished: false,
             bucket: None,
+            graphs: None,
+            alignment: None,
+        })
+        .map(|mut s| {
+            if opts.cuda_graphs {
+                s.use_cuda_graphs(DEFAULT_GRAPH_BUCKET);
+            }
+            s
         })
     }
 

@@ -1,15 +1,20 @@
 #![doc = include_str!("../README.md")]
 
+mod alignment;
 mod backbone;
 mod cond_enc;
 mod config;
 mod decode;
 mod error;
 mod generate;
+mod graph;
 mod learned_pos_emb;
 pub mod sampling;
 mod t3;
 
+pub use alignment::{
+    AlignmentAnalysisResult, AlignmentAnalyzerConfig, AlignmentStreamAnalyzer, LLAMA_ALIGNED_HEADS,
+};
 pub use backbone::{
     llama3_inv_freq, Backbone, GPT2Model, KvCache, Linear, LlamaModel, RotaryTables, StepIndex,
 };
@@ -17,7 +22,7 @@ pub use cond_enc::{Perceiver, T3Cond, T3CondEnc};
 pub use config::{BackboneConfig, GPT2Config, LlamaConfig, PerceiverConfig, RopeScaling, T3Config};
 pub use decode::{AttentionSpan, DecodeStep};
 pub use error::{Result, T3Error};
-pub use generate::{GenerateOptions, TokenStream, TurboOptions};
+pub use generate::{GenerateOptions, TokenStream, TurboOptions, DEFAULT_GRAPH_BUCKET};
 pub use learned_pos_emb::LearnedPositionEmbeddings;
 pub use sampling::Sampling;
 pub use t3::T3;

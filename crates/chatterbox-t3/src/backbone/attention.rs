@@ -109,3 +109,34 @@ pub(crate) fn query_scale(head_dim: usize) -> (f64, bool) {
     let exact = s.fract() == 0.0 && (s as usize).is_power_of_two();
     (1.0 / s, exact)
 }
+
+/// `softmax(scale · q kᵀ + mask)` of one head for batch row 0 (the conditional CFG row) and
+/// query rows `rows_from..`: the attention weights transformers' eager attention returns, for
+/// one (layer, head) only. `q` `[B, H, T, D]`, `k` `[B, H, S, D]`, `mask` `[1, 1, T, S]`;
+/// returns f32 `[T - rows_from, S]`. Used by the alignment-stream analyzer.
+pub(crate) fn head_attention_weights(
+    q: &Tensor,
+    k: &Tensor,
+    head: usize,
+    rows_from: usize,
+    mask: Option<&Tensor>,
+    scale: Option<f64>,
+) -> Result<Tensor> {
+    let rows = q.dim(2)?.saturating_sub(rows_from);
+    let q = q
+        .narrow(0, 0, 1)?
+        .narrow(1, head, 1)?
+        .narrow(2, rows_from, rows)?;
+    let k = k.narrow(0, 0, 1)?.narrow(1, head, 1)?;
+    let att = q.contiguous()?.matmul(&k.t()?)?.to_dtype(DType::F32)?;
+    let att = match scale {
+        Some(s) => att.affine(s, 0.0)?,
+        None => att,
+    };
+    let att = match mask {
+        Some(m) => att.broadcast_add(&m.narrow(2, rows_from, rows)?)?,
+        None => att,
+    };
+    let s = att.dim(3)?;
+    Ok(candle_nn::ops::softmax_last_dim(&att)?.reshape((rows, s))?)
+}

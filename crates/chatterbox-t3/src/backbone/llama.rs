@@ -3,7 +3,9 @@
 //!
 //! Fused at load: q/k/v into one projection (with the exact power-of-two query scale folded in)
 //! and gate/up into one; numerically the same products as the separate layers.
-use super::attention::{attend, causal_mask, query_scale, split_heads, StepIndex};
+use super::attention::{
+    attend, causal_mask, head_attention_weights, query_scale, split_heads, StepIndex,
+};
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
 use super::rope::RotaryTables;
@@ -80,12 +82,15 @@ impl LlamaAttention {
         Ok((q, k, v))
     }
 
+    /// With `spy`, also the attention weights of `spy.heads` (batch row 0, query rows
+    /// `spy.rows_from..`), pushed onto `spy.out`.
     fn prefill(
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
         mask: &Tensor,
         cache: &mut KvCache,
+        spy: Option<HeadSpy<'_>>,
     ) -> Result<Tensor> {
         let (q, k, v) = self.qkv(x, rope.0, rope.1)?;
         let fresh = cache.is_empty();
@@ -95,24 +100,78 @@ impl LlamaAttention {
         } else {
             cache.written(q.dim(0)?)?
         };
+        if let Some(spy) = spy {
+            for &h in spy.heads {
+                let w = head_attention_weights(&q, &k, h, spy.rows_from, Some(mask), self.q_scale)?;
+                spy.out.push(w);
+            }
+        }
         let y = attend(&q, &k, &v, Some(mask), self.q_scale)?;
         Ok(self.o_proj.forward(&y)?)
     }
 
+    /// With `spy`, also the attention weights of `spy.heads` (batch row 0), pushed onto
+    /// `spy.out`.
     fn decode(
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
         step: &StepIndex,
         cache: &mut KvCache,
+        spy: Option<HeadSpy<'_>>,
     ) -> Result<Tensor> {
         let (q, k, v) = self.qkv(x, rope.0, rope.1)?;
         cache.write_step(&k, &v, &step.kv_index, step.pos)?;
         let keys = cache.keys(step.attend)?;
         let values = cache.values(step.attend)?;
+        if let Some(spy) = spy {
+            for &h in spy.heads {
+                let w = head_attention_weights(&q, &keys, h, 0, step.mask.as_ref(), self.q_scale)?;
+                spy.out.push(w);
+            }
+        }
         let y = attend(&q, &keys, &values, step.mask.as_ref(), self.q_scale)?;
         Ok(self.o_proj.forward(&y)?)
     }
+}
+
+/// The `(layer, head)` pairs to return attention weights for, the first query row, and where
+/// to put the weights (layer order).
+type Spies<'a> = (&'a [(usize, usize)], usize, &'a mut Vec<Tensor>);
+
+/// Which heads of one layer to return attention weights for, and where to put them.
+struct HeadSpy<'a> {
+    heads: &'a [usize],
+    rows_from: usize,
+    out: &'a mut Vec<Tensor>,
+}
+
+/// The spy of `layer`: its heads among `pairs` (`None` when it has none).
+fn spy_for<'a>(
+    layer: usize,
+    pairs: &[(usize, usize)],
+    heads: &'a mut Vec<usize>,
+    rows_from: usize,
+    out: &'a mut Vec<Tensor>,
+) -> Option<HeadSpy<'a>> {
+    heads.clear();
+    heads.extend(pairs.iter().filter(|p| p.0 == layer).map(|p| p.1));
+    (!heads.is_empty()).then_some(HeadSpy {
+        heads,
+        rows_from,
+        out,
+    })
+}
+
+/// Puts per-layer captures (layer order) back into the order of `pairs`.
+fn in_request_order(pairs: &[(usize, usize)], captured: Vec<Tensor>) -> Vec<Tensor> {
+    let mut order: Vec<usize> = (0..pairs.len()).collect();
+    order.sort_by_key(|&i| pairs[i].0);
+    let mut out: Vec<Option<Tensor>> = vec![None; pairs.len()];
+    for (slot, t) in order.into_iter().zip(captured) {
+        out[slot] = Some(t);
+    }
+    out.into_iter().flatten().collect()
 }
 
 /// `LlamaMLP`: `down(silu(gate(x)) * up(x))`, gate and up fused.
@@ -222,8 +281,40 @@ impl LlamaModel {
         &self,
         embeds: &Tensor,
         caches: &mut [KvCache],
-        mut hidden: Option<&mut Vec<Tensor>>,
+        hidden: Option<&mut Vec<Tensor>>,
     ) -> Result<Tensor> {
+        self.prefill_inner(embeds, caches, hidden, None)
+    }
+
+    /// [`LlamaModel::prefill`] that also returns the attention weights of the given
+    /// `(layer, head)` pairs for batch row 0 and query rows `rows_from..`: one f32
+    /// `[T - rows_from, offset + T]` tensor per pair, in request order. Only those heads'
+    /// `softmax(q kᵀ / √d)` rows are computed (what the alignment-stream analyzer's hooks read).
+    pub fn prefill_with_attention(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        pairs: &[(usize, usize)],
+        rows_from: usize,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let mut captured = Vec::with_capacity(pairs.len());
+        let out = self.prefill_inner(
+            embeds,
+            caches,
+            None,
+            Some((pairs, rows_from, &mut captured)),
+        )?;
+        Ok((out, in_request_order(pairs, captured)))
+    }
+
+    fn prefill_inner(
+        &self,
+        embeds: &Tensor,
+        caches: &mut [KvCache],
+        mut hidden: Option<&mut Vec<Tensor>>,
+        mut spy: Option<Spies<'_>>,
+    ) -> Result<Tensor> {
+        let mut heads = Vec::new();
         let (_, t, _) = embeds.dims3()?;
         let offset = caches.first().map_or(0, KvCache::len);
         if offset + t > self.rope.positions() {
@@ -236,12 +327,17 @@ impl LlamaModel {
         let (cos, sin) = self.rope.range(offset, t)?;
         let mask = causal_mask(t, offset, embeds.device())?;
         let mut x = embeds.clone();
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+        for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let spy = match spy.as_mut() {
+                Some((pairs, rows_from, out)) => spy_for(i, pairs, &mut heads, *rows_from, out),
+                None => None,
+            };
             let a = layer.self_attn.prefill(
                 &layer.input_layernorm.forward(&x)?,
                 (&cos, &sin),
                 &mask,
                 cache,
+                spy,
             )?;
             x = layer.mlp_residual((x + a)?)?;
             if let Some(h) = hidden.as_deref_mut() {
@@ -263,14 +359,45 @@ impl LlamaModel {
         step: &StepIndex,
         caches: &mut [KvCache],
     ) -> Result<Tensor> {
+        self.decode_inner(embed, step, caches, None)
+    }
+
+    /// [`LlamaModel::decode`] that also returns the attention weights of the given
+    /// `(layer, head)` pairs for batch row 0: one f32 `[1, step.attend]` tensor per pair, in
+    /// request order (only those heads' softmax rows are computed).
+    pub fn decode_with_attention(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+        pairs: &[(usize, usize)],
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let mut captured = Vec::with_capacity(pairs.len());
+        let out = self.decode_inner(embed, step, caches, Some((pairs, 0, &mut captured)))?;
+        Ok((out, in_request_order(pairs, captured)))
+    }
+
+    fn decode_inner(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+        mut spy: Option<Spies<'_>>,
+    ) -> Result<Tensor> {
         let (cos, sin) = self.rope.at(&step.pos_dev)?;
         let mut x = embed.clone();
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+        let mut heads = Vec::new();
+        for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let spy = match spy.as_mut() {
+                Some((pairs, rows_from, out)) => spy_for(i, pairs, &mut heads, *rows_from, out),
+                None => None,
+            };
             let a = layer.self_attn.decode(
                 &layer.input_layernorm.forward(&x)?,
                 (&cos, &sin),
                 step,
                 cache,
+                spy,
             )?;
             x = layer.mlp_residual((x + a)?)?;
         }

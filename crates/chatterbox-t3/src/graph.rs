@@ -1,0 +1,168 @@
+//! CUDA-graph replay of the decode step ([`DecodeStep::forward`] + [`DecodeStep::select`]), one
+//! graph per attention-length bucket: the CUDA fast path of the loop in
+//! chatterbox/models/t3/t3.py (upstream 5de7a54). Off CUDA, and whenever capture fails, the
+//! step runs eagerly with the same buffers.
+//!
+//! Recipe (tested on candle 0.11.1 + cudarc 0.19): the first step of a bucket runs eagerly
+//! while candle's host-to-device parameter cache is held (it warms every kernel and caches each
+//! op's shape upload), then the same step is captured, not executed, and instantiated. Later
+//! steps of that bucket write their inputs into the step's fixed buffers and replay the graph.
+//! The caches, inputs and outputs never move, so the graph's baked-in pointers stay valid for
+//! the whole generation.
+use crate::decode::{AttentionSpan, DecodeStep};
+use crate::sampling::{LogitsProcessorList, TokenPicker};
+use crate::t3::T3;
+use crate::Result;
+
+/// Captured decode steps, keyed by attention bucket.
+pub(crate) struct DecodeGraphs {
+    /// Attention-length bucket (positions).
+    bucket: usize,
+    #[cfg(feature = "cuda")]
+    graphs: Vec<(usize, cuda::Graph)>,
+    /// Set after a failed capture: the rest of the generation runs eagerly.
+    disabled: bool,
+}
+
+impl std::fmt::Debug for DecodeGraphs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodeGraphs")
+            .field("bucket", &self.bucket)
+            .field("disabled", &self.disabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecodeGraphs {
+    /// Graphs over attention buckets of `bucket` positions, or `None` when `step` does not live
+    /// on a CUDA device (or the crate was built without the `cuda` feature).
+    pub(crate) fn for_step(step: &DecodeStep, bucket: usize) -> Option<Self> {
+        if !cfg!(feature = "cuda") || !step.device().is_cuda() || bucket == 0 {
+            return None;
+        }
+        Some(Self {
+            bucket,
+            #[cfg(feature = "cuda")]
+            graphs: Vec::new(),
+            disabled: false,
+        })
+    }
+
+    /// The bucket size.
+    pub(crate) fn bucket(&self) -> usize {
+        self.bucket
+    }
+
+    /// Graphs captured so far.
+    pub(crate) fn captured(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        return self.graphs.len();
+        #[cfg(not(feature = "cuda"))]
+        0
+    }
+
+    /// Runs one step (forward at `span`, then select) from the inputs already written into
+    /// `step`: by replaying the span's graph, capturing it first if needed, or eagerly once
+    /// capture has failed.
+    pub(crate) fn run(
+        &mut self,
+        step: &mut DecodeStep,
+        model: &T3,
+        span: AttentionSpan,
+        processors: &LogitsProcessorList,
+        picker: &TokenPicker,
+    ) -> Result<()> {
+        let eager = |step: &mut DecodeStep| -> Result<()> {
+            step.forward(model, span)?;
+            step.select(processors, picker)
+        };
+        let AttentionSpan::Bucket(len) = span else {
+            return eager(step);
+        };
+        if self.disabled {
+            return eager(step);
+        }
+        #[cfg(feature = "cuda")]
+        {
+            if let Some((_, g)) = self.graphs.iter().find(|(l, _)| *l == len) {
+                return g.launch();
+            }
+            match cuda::capture(step, &eager)? {
+                Some(g) => {
+                    tracing::debug!(bucket = len, "captured a T3 decode graph");
+                    self.graphs.push((len, g));
+                }
+                None => self.disabled = true,
+            }
+            Ok(())
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = len;
+            eager(step)
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use crate::decode::DecodeStep;
+    use crate::{Result, T3Error};
+    use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, DriverError};
+
+    /// An instantiated graph. It is used only through `&mut` of its owner, never from two
+    /// threads at once, which is what the CUDA driver requires of graph objects.
+    pub(super) struct Graph(CudaGraph);
+
+    // SAFETY: a graph may move to another thread; it is only ever launched through its owner
+    // (no shared access), so calls on it are serialised as the CUDA driver requires.
+    unsafe impl Send for Graph {}
+
+    impl Graph {
+        pub(super) fn launch(&self) -> Result<()> {
+            self.0.launch().map_err(driver)
+        }
+    }
+
+    fn driver(e: DriverError) -> T3Error {
+        T3Error::Candle(candle_core::Error::Msg(format!("CUDA graph: {e:?}")))
+    }
+
+    /// Runs `eager` once for real (with candle's parameter cache held, so every shape upload
+    /// the step makes is cached), then captures a second run of it into a graph without
+    /// executing it. Returns `None`, after logging why, when the capture fails (e.g. a device
+    /// created on its own stream with event tracking on); the step has run either way.
+    pub(super) fn capture(
+        step: &mut DecodeStep,
+        eager: &dyn Fn(&mut DecodeStep) -> Result<()>,
+    ) -> Result<Option<Graph>> {
+        let dev = step.device().as_cuda_device()?.clone();
+        let stream = dev.cuda_stream();
+        let _cache = dev.enable_cuda_graph_htod_cache();
+        eager(step)?;
+        stream.synchronize().map_err(driver)?;
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        if let Err(e) = stream.begin_capture(mode) {
+            tracing::warn!("CUDA graph capture unavailable ({e:?}): T3 decodes eagerly");
+            return Ok(None);
+        }
+        // Always end the capture, even when the step failed inside it.
+        let captured = eager(step);
+        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        match (captured, graph) {
+            (Ok(()), Ok(Some(g))) => {
+                g.upload().map_err(driver)?;
+                Ok(Some(Graph(g)))
+            }
+            (captured, graph) => {
+                let why = match (captured, graph) {
+                    (Err(e), _) => e.to_string(),
+                    (_, Err(e)) => format!("{e:?}"),
+                    _ => "empty graph".to_string(),
+                };
+                tracing::warn!("CUDA graph capture failed ({why}): T3 decodes eagerly");
+                Ok(None)
+            }
+        }
+    }
+}
