@@ -1,9 +1,11 @@
-//! `cargo xtask`: the project's tasks (parity against the Python reference, benchmarks).
+//! `cargo xtask`: the project's tasks (parity against the Python reference, benchmarks, random
+//! checkpoints).
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
 mod bench;
+mod checkpoint;
 mod parity;
 mod venv;
 
@@ -22,6 +24,9 @@ enum Command {
     /// Benchmark a group of stages, Rust against the PyTorch reference on this machine, and
     /// write the JSON record with ratios.
     Bench(bench::BenchArgs),
+    /// Write a complete checkpoint directory in the hub layout with random weights (from the
+    /// reference's classes via `parity/checkpoints.py`, building `parity/.venv` if needed).
+    RandomCheckpoint(checkpoint::RandomCheckpointArgs),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -37,6 +42,7 @@ fn main() -> Result<()> {
     let code = match cli.command {
         Command::Parity(args) => parity::run(args)?,
         Command::Bench(args) => bench::run(args)?,
+        Command::RandomCheckpoint(args) => checkpoint::run(args)?,
     };
     std::process::exit(code);
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask parity`: run every crate's parity suite (its `tests/parity.rs`) against the
-//! recorded fixtures and print one table; `--record` first re-records them from the reference.
+//! recorded fixtures and print one table; `--record` first re-records them from the reference,
+//! and `--e2e` records the full-size pipeline cases to a temporary folder and checks those.
 use anyhow::{Context, Result};
 use chatterbox_testkit::{Row, Status};
 use std::path::PathBuf;
@@ -35,7 +36,15 @@ pub struct ParityArgs {
     /// Print only failing rows and the summary.
     #[arg(long)]
     quiet: bool,
+    /// End-to-end parity (needs the venv; not in CI): record the pipeline cases with `--full`
+    /// into `--out` (default /tmp/chatterbox-e2e), then compare against them with the ignored
+    /// full-size Rust tests included. `--only` narrows it (default `pipeline`).
+    #[arg(long)]
+    e2e: bool,
 }
+
+/// Default fixtures folder of `--e2e` (full-size fixtures are never committed).
+const E2E_OUT: &str = "/tmp/chatterbox-e2e";
 
 /// `(crate, test target)` for every `crates/<crate>/tests/parity*.rs`.
 fn parity_targets() -> Result<Vec<(String, String)>> {
@@ -89,7 +98,13 @@ fn record(args: &ParityArgs, out: &PathBuf) -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: ParityArgs) -> Result<i32> {
+pub fn run(mut args: ParityArgs) -> Result<i32> {
+    if args.e2e {
+        args.record = true;
+        args.full = true;
+        args.only.get_or_insert_with(|| "pipeline".to_string());
+        args.out.get_or_insert_with(|| PathBuf::from(E2E_OUT));
+    }
     let root = crate::root();
     let committed = root.join("parity/fixtures");
     let out = args.out.clone().unwrap_or_else(|| committed.clone());
@@ -107,7 +122,13 @@ pub fn run(args: ParityArgs) -> Result<i32> {
 
     let mut rows: Vec<Row> = Vec::new();
     println!("{}", Row::header());
-    for (krate, target) in parity_targets()? {
+    let mut targets = parity_targets()?;
+    if args.e2e {
+        // Other crates' ignored full-size checks would look for fixtures `--e2e` does not
+        // record.
+        targets.retain(|(krate, _)| krate == "chatterbox-pipeline");
+    }
+    for (krate, target) in targets {
         let report = report_dir.join(format!("{krate}-{target}.jsonl"));
         let _ = std::fs::remove_file(&report);
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -117,6 +138,10 @@ pub fn run(args: ParityArgs) -> Result<i32> {
             .env("CHATTERBOX_PARITY_REPORT", &report);
         if let Some(only) = &args.only {
             cmd.env("CHATTERBOX_PARITY_ONLY", only);
+        }
+        if args.e2e {
+            // The full-size checks are `#[ignore]`d in plain `cargo test`.
+            cmd.args(["--", "--include-ignored"]);
         }
         let output = cmd
             .output()
