@@ -1,0 +1,140 @@
+//! `Conditionals` (chatterbox/tts.py, upstream 5de7a54): everything a voice contributes to
+//! generation, saved in this crate's safetensors format or read from the reference's
+//! `conds.pt`.
+use crate::s3gen::S3GenRef;
+use crate::{PipelineError, Result};
+use candle_core::{DType, Device, Tensor};
+use chatterbox_t3::T3Cond;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The conditioning of one voice: T3's part (speaker embedding, prompt tokens, exaggeration)
+/// and S3Gen's (`ref_dict`).
+#[derive(Debug, Clone)]
+pub struct Conditionals {
+    /// `T3Cond`: `speaker_emb` `(1, 256)`, `cond_prompt_speech_tokens` `(1, n)`,
+    /// `emotion_adv`.
+    pub t3: T3Cond,
+    /// S3Gen's reference voice.
+    pub gen: S3GenRef,
+}
+
+/// Tensor names of the safetensors format (the field names of the reference's `conds.pt`).
+const SPEAKER_EMB: &str = "t3.speaker_emb";
+const PROMPT_TOKENS: &str = "t3.cond_prompt_speech_tokens";
+const EMOTION_ADV: &str = "t3.emotion_adv";
+const PROMPT_TOKEN: &str = "gen.prompt_token";
+const PROMPT_FEAT: &str = "gen.prompt_feat";
+const EMBEDDING: &str = "gen.embedding";
+
+impl Conditionals {
+    /// Saves to a safetensors file: `t3.speaker_emb`, `t3.cond_prompt_speech_tokens` (u32, when
+    /// present), `t3.emotion_adv` `(1, 1, 1)`, `gen.prompt_token` (u32), `gen.prompt_feat` and
+    /// `gen.embedding` (f32).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let cpu = Device::Cpu;
+        let mut map: HashMap<String, Tensor> = HashMap::new();
+        map.insert(
+            SPEAKER_EMB.into(),
+            self.t3.speaker_emb.to_dtype(DType::F32)?.to_device(&cpu)?,
+        );
+        if let Some(t) = &self.t3.cond_prompt_speech_tokens {
+            map.insert(PROMPT_TOKENS.into(), to_u32(t)?.to_device(&cpu)?);
+        }
+        map.insert(
+            EMOTION_ADV.into(),
+            Tensor::full(self.t3.emotion_adv, (1, 1, 1), &cpu)?,
+        );
+        map.insert(PROMPT_TOKEN.into(), self.gen.prompt_token.to_device(&cpu)?);
+        map.insert(PROMPT_FEAT.into(), self.gen.prompt_feat.to_device(&cpu)?);
+        map.insert(EMBEDDING.into(), self.gen.embedding.to_device(&cpu)?);
+        candle_core::safetensors::save(&map, path).map_err(|e| PipelineError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    /// Loads a voice saved by [`Conditionals::save`] (`.safetensors`) or the reference's
+    /// `conds.pt` (any other extension: a torch pickle with `t3` and `gen` dicts).
+    pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let path = path.as_ref();
+        if !path.is_file() {
+            return Err(PipelineError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "file not found"),
+            });
+        }
+        let bad = |reason: String| PipelineError::InvalidConditionals {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let tensors: HashMap<String, Tensor> =
+            if path.extension().is_some_and(|e| e == "safetensors") {
+                candle_core::safetensors::load(path, &Device::Cpu)
+                    .map_err(|e| bad(e.to_string()))?
+            } else {
+                let mut m = HashMap::new();
+                for group in ["t3", "gen"] {
+                    let items = candle_core::pickle::read_all_with_key(path, Some(group))
+                        .map_err(|e| bad(format!("not a conds.pt torch file ({e})")))?;
+                    for (k, v) in items {
+                        m.insert(format!("{group}.{k}"), v);
+                    }
+                }
+                m
+            };
+        let get = |k: &str| {
+            tensors
+                .get(k)
+                .cloned()
+                .ok_or_else(|| bad(format!("no tensor {k:?}")))
+        };
+        let emotion_adv = match tensors.get(EMOTION_ADV) {
+            Some(t) => t
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?
+                .first()
+                .copied()
+                .ok_or_else(|| bad("empty t3.emotion_adv".into()))?,
+            None => 0.5,
+        };
+        let prompt = match tensors.get(PROMPT_TOKENS) {
+            Some(t) => Some(to_u32(t)?.to_device(device)?),
+            None => None,
+        };
+        let speaker_emb = get(SPEAKER_EMB)?.to_dtype(DType::F32)?.to_device(device)?;
+        let mut t3 = T3Cond::new(speaker_emb).with_emotion_adv(emotion_adv);
+        if let Some(p) = prompt {
+            t3 = t3.with_prompt(p);
+        }
+        // The reference keeps a prompt mel one frame longer than twice the prompt tokens
+        // (odd clip lengths); the flow here needs exactly twice: the extra frame is cut, as
+        // `S3Gen::embed_ref` does.
+        let prompt_token = get(PROMPT_TOKEN)?;
+        let mut prompt_feat = get(PROMPT_FEAT)?;
+        let n_tok = prompt_token.dims().last().copied().unwrap_or(0);
+        if prompt_feat.rank() == 3 && prompt_feat.dim(1)? > 2 * n_tok && n_tok > 0 {
+            tracing::warn!("conditionals: prompt mel longer than 2 x prompt tokens, cut");
+            prompt_feat = prompt_feat.narrow(1, 0, 2 * n_tok)?;
+        }
+        let gen = S3GenRef::new(prompt_token, prompt_feat, get(EMBEDDING)?, device)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Self { t3, gen })
+    }
+
+    /// The same voice with another exaggeration (`emotion_adv`).
+    pub fn with_exaggeration(&self, exaggeration: f32) -> Self {
+        let mut c = self.clone();
+        c.t3.emotion_adv = exaggeration;
+        c
+    }
+}
+
+fn to_u32(t: &Tensor) -> Result<Tensor> {
+    Ok(match t.dtype() {
+        DType::U32 => t.clone(),
+        _ => t.to_dtype(DType::I64)?.to_dtype(DType::U32)?,
+    })
+}

@@ -1,0 +1,40 @@
+#![doc = include_str!("../README.md")]
+
+mod checkpoint;
+mod conditionals;
+mod config;
+mod crossfade;
+mod draws;
+mod error;
+#[cfg(feature = "hub")]
+mod hub;
+mod options;
+mod progress;
+mod s3gen;
+mod tts;
+mod vc;
+mod voice;
+mod watermark;
+
+pub use checkpoint::{CheckpointFiles, MultilingualT3, Variant, CONDS_FILE};
+pub use conditionals::Conditionals;
+pub use config::{ChatterboxConfig, S3GenConfig, CONFIG_FILE};
+pub use draws::{Draws, SeededDraws};
+pub use error::{PipelineError, Result};
+pub use options::{GenerateOptions, CROSSFADE_MS};
+pub use progress::Progress;
+pub use s3gen::{
+    S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
+};
+pub use tts::{
+    drop_invalid_tokens, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts, ChunkOutput,
+    MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+};
+pub use vc::{ChatterboxVc, VcOptions};
+pub use voice::{integrated_loudness, norm_loudness, VoiceClip};
+pub use watermark::Watermarker;
+
+// Re-exported so callers need not depend on the component crates for common types.
+pub use candle_core::{DType, Device};
+pub use chatterbox_dsp::Audio;
+pub use chatterbox_t3::Sampling;

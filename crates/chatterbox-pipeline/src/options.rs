@@ -1,0 +1,200 @@
+//! `generate`'s keyword arguments in chatterbox/tts.py, mtl_tts.py and tts_turbo.py (upstream
+//! 5de7a54) as one options struct, with each variant's defaults as constructors.
+use crate::checkpoint::Variant;
+use crate::error::invalid;
+use crate::Result;
+
+/// Length of the linear crossfade between the audio of consecutive text chunks.
+pub const CROSSFADE_MS: u32 = 50;
+
+/// Options of `generate` (every knob of the reference, plus seed, chunking and crossfade).
+///
+/// Start from the variant's defaults ([`GenerateOptions::english`],
+/// [`GenerateOptions::multilingual`], [`GenerateOptions::turbo`], or the model's
+/// `default_options()`) and change fields.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct GenerateOptions {
+    /// Emotion exaggeration (`emotion_adv`) of T3's conditioning. English/multilingual default
+    /// `0.5`; Turbo ignores it (default `0.0`).
+    pub exaggeration: f32,
+    /// Classifier-free guidance weight (English/multilingual; `0` runs one row). Default `0.5`;
+    /// Turbo ignores it (`0.0`).
+    pub cfg_weight: f32,
+    /// Softmax temperature. Default `0.8`.
+    pub temperature: f32,
+    /// Nucleus threshold. English/multilingual `1.0`, Turbo `0.95`.
+    pub top_p: f32,
+    /// Min-p threshold (English/multilingual). Default `0.05`; Turbo ignores it (`0.0`).
+    pub min_p: f32,
+    /// Top-k (Turbo only). Default `1000`.
+    pub top_k: usize,
+    /// Repetition penalty. Default `1.2` (every variant at upstream 5de7a54).
+    pub repetition_penalty: f32,
+    /// Language id (`"en"`, `"fr"`, `"zh"`, ...): the multilingual model's language token.
+    /// Ignored by the English and Turbo models. Default `None`.
+    pub language: Option<String>,
+    /// Most speech tokens T3 generates per chunk (`max_new_tokens`; Turbo's `max_gen_len`).
+    /// Default `1000`.
+    pub max_new_tokens: usize,
+    /// Seed of T3's sampling and S3Gen's noise. `None` draws a fresh seed per call (the
+    /// reference's behaviour: unseeded torch RNG). Default `None`.
+    pub seed: Option<u64>,
+    /// Pick the most likely token instead of sampling (deterministic; tests and parity).
+    /// Default `false`.
+    pub greedy: bool,
+    /// CFM solver steps. Default `None`: 10 (English, multilingual), 2 (Turbo's meanflow).
+    pub n_cfm_timesteps: Option<usize>,
+    /// Texts longer than this many characters are split at sentence boundaries and spoken
+    /// chunk by chunk with the same voice; `0` never splits. Default `250`
+    /// (`chatterbox_text::DEFAULT_MAX_CHARS`).
+    pub max_chunk_chars: usize,
+    /// Linear crossfade between chunks, in milliseconds. Default [`CROSSFADE_MS`] (50 ms).
+    pub crossfade_ms: u32,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self::english()
+    }
+}
+
+impl GenerateOptions {
+    /// `ChatterboxTTS.generate`'s defaults.
+    pub fn english() -> Self {
+        Self {
+            exaggeration: 0.5,
+            cfg_weight: 0.5,
+            temperature: 0.8,
+            top_p: 1.0,
+            min_p: 0.05,
+            top_k: 1000,
+            repetition_penalty: 1.2,
+            language: None,
+            max_new_tokens: 1000,
+            seed: None,
+            greedy: false,
+            n_cfm_timesteps: None,
+            max_chunk_chars: chatterbox_text::DEFAULT_MAX_CHARS,
+            crossfade_ms: CROSSFADE_MS,
+        }
+    }
+
+    /// `ChatterboxMultilingualTTS.generate`'s defaults (the same numbers as English; the
+    /// language defaults to none, i.e. no language token).
+    pub fn multilingual() -> Self {
+        Self::english()
+    }
+
+    /// `ChatterboxTurboTTS.generate`'s defaults (Turbo and Nano).
+    pub fn turbo() -> Self {
+        Self {
+            exaggeration: 0.0,
+            cfg_weight: 0.0,
+            min_p: 0.0,
+            top_p: 0.95,
+            ..Self::english()
+        }
+    }
+
+    /// The defaults of `variant`.
+    pub fn for_variant(variant: Variant) -> Self {
+        match variant {
+            Variant::English => Self::english(),
+            Variant::Multilingual => Self::multilingual(),
+            Variant::Turbo | Variant::Nano => Self::turbo(),
+        }
+    }
+
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Sets the language id.
+    pub fn with_language(mut self, language: impl Into<String>) -> Self {
+        self.language = Some(language.into());
+        self
+    }
+
+    /// Greedy decoding on or off.
+    pub fn with_greedy(mut self, greedy: bool) -> Self {
+        self.greedy = greedy;
+        self
+    }
+
+    /// Checks ranges: finite numbers, `temperature > 0`, `top_p` in `(0, 1]`, `min_p` in
+    /// `[0, 1]`, `repetition_penalty > 0`, `cfg_weight >= 0`, `max_new_tokens > 0`.
+    pub fn validate(&self) -> Result<()> {
+        let finite = [
+            ("exaggeration", self.exaggeration),
+            ("cfg_weight", self.cfg_weight),
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("min_p", self.min_p),
+            ("repetition_penalty", self.repetition_penalty),
+        ];
+        for (what, v) in finite {
+            if !v.is_finite() {
+                return Err(invalid(
+                    "generation option",
+                    format!("{what} = {v} is not finite"),
+                ));
+            }
+        }
+        let check = |ok: bool, what: &str, v: f32, want: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(invalid(
+                    "generation option",
+                    format!("{what} = {v}; expected {want}"),
+                ))
+            }
+        };
+        check(
+            self.temperature > 0.0,
+            "temperature",
+            self.temperature,
+            "> 0",
+        )?;
+        check(
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            "top_p",
+            self.top_p,
+            "in (0, 1]",
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.min_p),
+            "min_p",
+            self.min_p,
+            "in [0, 1]",
+        )?;
+        check(
+            self.repetition_penalty > 0.0,
+            "repetition_penalty",
+            self.repetition_penalty,
+            "> 0",
+        )?;
+        check(
+            self.cfg_weight >= 0.0,
+            "cfg_weight",
+            self.cfg_weight,
+            ">= 0",
+        )?;
+        if self.max_new_tokens == 0 {
+            return Err(invalid(
+                "generation option",
+                "max_new_tokens = 0; expected > 0",
+            ));
+        }
+        if self.n_cfm_timesteps == Some(0) {
+            return Err(invalid(
+                "generation option",
+                "n_cfm_timesteps = 0; expected > 0",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,446 @@
+//! What `ChatterboxTTS`, `ChatterboxMultilingualTTS` and `ChatterboxTurboTTS` share
+//! (chatterbox/tts.py, mtl_tts.py, tts_turbo.py, upstream 5de7a54): loading, conditioning,
+//! one generation, and the per-variant post-processing of T3's tokens.
+use crate::checkpoint::{
+    optional, require, var_builder, CheckpointFiles, MultilingualT3, Variant, CONDS_FILE,
+};
+use crate::conditionals::Conditionals;
+use crate::config::ChatterboxConfig;
+use crate::crossfade::Crossfader;
+use crate::draws::{Draws, SeededDraws};
+use crate::error::{invalid, loading};
+use crate::options::GenerateOptions;
+use crate::progress::Progress;
+use crate::s3gen::{
+    S3Gen, S3GenOptions, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
+};
+use crate::voice::{audio_24k, norm_loudness, VoiceClip};
+use crate::watermark::WatermarkHook;
+use crate::{PipelineError, Result};
+use candle_core::{DType, Device, Tensor};
+use chatterbox_dsp::Audio;
+use chatterbox_speaker::{EmbedOptions, VoiceEncoder};
+use chatterbox_t3::{Sampling, T3};
+use chatterbox_text::{Language, SentenceChunker, TextFrontend};
+use std::path::Path;
+
+/// `SOS` of chatterbox/models/s3tokenizer (`SPEECH_VOCAB_SIZE`).
+pub const SPEECH_SOS: u32 = 6561;
+/// `EOS` of chatterbox/models/s3tokenizer.
+pub const SPEECH_EOS: u32 = 6562;
+/// Speech token ids S3Gen can synthesise are below this (`SPEECH_VOCAB_SIZE`).
+pub const SPEECH_VOCAB_SIZE: u32 = 6561;
+/// Turbo's loudness target for reference clips (`norm_loudness(target_lufs=-27)`).
+pub const TURBO_TARGET_LUFS: f64 = -27.0;
+/// Shortest reference clip accepted, seconds (the reference has no check and fails deep inside
+/// S3Gen or the VoiceEncoder on very short clips).
+pub const MIN_REF_SECS: f64 = 0.5;
+/// Turbo's minimum reference length, seconds (exclusive: "longer than 5 seconds").
+pub const TURBO_MIN_REF_SECS: f64 = 5.0;
+
+/// One synthesised text chunk: the speech tokens S3Gen received, its mel and the waveform.
+#[derive(Debug, Clone)]
+pub struct ChunkOutput {
+    /// T3's tokens as drawn (the stop token included when drawn).
+    pub raw_tokens: Vec<u32>,
+    /// The tokens after the variant's post-processing (what S3Gen synthesised).
+    pub speech_tokens: Vec<u32>,
+    /// The flow's mel, `(1, 80, 2 n)`.
+    pub mel: Tensor,
+    /// The waveform at 24 kHz after the variant's trimming (no watermark).
+    pub wav: Vec<f32>,
+}
+
+/// `drop_invalid_tokens` (chatterbox/models/s3tokenizer): the tokens after the first `SOS` and
+/// before the first `EOS`.
+pub fn drop_invalid_tokens(tokens: &[u32]) -> Vec<u32> {
+    let s = tokens
+        .iter()
+        .position(|&t| t == SPEECH_SOS)
+        .map_or(0, |i| i + 1);
+    let e = tokens
+        .iter()
+        .position(|&t| t == SPEECH_EOS)
+        .unwrap_or(tokens.len());
+    if e <= s {
+        return Vec::new();
+    }
+    tokens[s..e].to_vec()
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct TtsCore {
+    pub(crate) variant: Variant,
+    pub(crate) t3: T3,
+    pub(crate) s3gen: S3Gen,
+    pub(crate) ve: VoiceEncoder,
+    pub(crate) text: TextFrontend,
+    pub(crate) conds: Option<Conditionals>,
+    pub(crate) watermark: WatermarkHook,
+    pub(crate) norm_loudness: bool,
+}
+
+impl TtsCore {
+    pub(crate) fn load(
+        dir: &Path,
+        variant: Variant,
+        mtl: &MultilingualT3,
+        cfg: &ChatterboxConfig,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self> {
+        let files = CheckpointFiles::of(variant, mtl);
+        let name = variant.name();
+        let ve_path = require(dir, files.ve, "VoiceEncoder weights", name)?;
+        let t3_path = require(dir, &files.t3, "T3 weights", name)?;
+        let s3_path = require(dir, files.s3gen, "S3Gen weights", name)?;
+        let text_variant = match variant {
+            Variant::English => chatterbox_text::Variant::English,
+            Variant::Multilingual => chatterbox_text::Variant::Multilingual,
+            Variant::Turbo | Variant::Nano => chatterbox_text::Variant::Turbo,
+        };
+        let tok_path = if text_variant == chatterbox_text::Variant::Turbo {
+            // The GPT-2 tokenizer loads from tokenizer.json, or vocab.json + merges.txt.
+            optional(dir, "tokenizer.json")
+                .map_or_else(|| require(dir, files.tokenizer, "text tokenizer", name), Ok)?
+        } else {
+            require(dir, files.tokenizer, "text tokenizer", name)?
+        };
+        let ve = if ve_path.extension().is_some_and(|e| e == "safetensors") {
+            VoiceEncoder::from_safetensors(&ve_path, &cfg.ve, device)
+        } else {
+            VoiceEncoder::from_pth(&ve_path, &cfg.ve, device)
+        }
+        .map_err(PipelineError::from)
+        .map_err(loading(&ve_path))?;
+        let t3 = T3::load_with_config(&cfg.t3, &[&t3_path], dtype, device)
+            .map_err(PipelineError::from)
+            .map_err(loading(&t3_path))?;
+        let vb = var_builder(&s3_path, DType::F32, device)?;
+        let s3gen = S3Gen::new(&cfg.s3gen, vb, dtype).map_err(loading(&s3_path))?;
+        let text = TextFrontend::from_checkpoint_dir(dir, text_variant)
+            .map_err(PipelineError::from)
+            .map_err(loading(&tok_path))?;
+        let conds = match optional(dir, CONDS_FILE) {
+            Some(p) => Some(Conditionals::load(&p, device)?),
+            None => None,
+        };
+        Ok(Self {
+            variant,
+            t3,
+            s3gen,
+            ve,
+            text,
+            conds,
+            watermark: WatermarkHook::default(),
+            norm_loudness: true,
+        })
+    }
+
+    fn is_turbo(&self) -> bool {
+        matches!(self.variant, Variant::Turbo | Variant::Nano)
+    }
+
+    /// `ENC_COND_LEN`: 6 s at 16 kHz (15 s for Turbo).
+    pub(crate) fn enc_cond_len(&self) -> usize {
+        if self.is_turbo() {
+            15 * S3_SR as usize
+        } else {
+            6 * S3_SR as usize
+        }
+    }
+
+    /// `prepare_conditionals` from decoded audio: 24 kHz, Turbo's length rule and loudness
+    /// normalisation, the 16 kHz copy.
+    pub(crate) fn conditionals_from_audio(
+        &self,
+        audio: &Audio,
+        exaggeration: f32,
+    ) -> Result<Conditionals> {
+        let mut wav = audio_24k(audio)?;
+        if self.is_turbo() {
+            let seconds = wav.len() as f64 / f64::from(S3GEN_SR);
+            if seconds <= TURBO_MIN_REF_SECS {
+                return Err(PipelineError::ReferenceTooShort {
+                    seconds,
+                    min_seconds: TURBO_MIN_REF_SECS,
+                    model: if self.variant == Variant::Nano {
+                        "Nano"
+                    } else {
+                        "Turbo"
+                    },
+                });
+            }
+            if self.norm_loudness {
+                norm_loudness(&mut wav, S3GEN_SR, TURBO_TARGET_LUFS)?;
+            }
+        }
+        self.conditionals_from_clip(&VoiceClip::from_24k(wav)?, exaggeration)
+    }
+
+    /// The rest of `prepare_conditionals`, from both versions of the clip.
+    pub(crate) fn conditionals_from_clip(
+        &self,
+        clip: &VoiceClip,
+        exaggeration: f32,
+    ) -> Result<Conditionals> {
+        let _span = tracing::debug_span!("prepare_conditionals").entered();
+        if !exaggeration.is_finite() {
+            return Err(invalid(
+                "exaggeration",
+                format!("{exaggeration} is not finite"),
+            ));
+        }
+        crate::voice::check_clip(&clip.wav_24k)?;
+        crate::voice::check_clip(&clip.wav_16k)?;
+        let seconds = clip.duration_secs();
+        if seconds < MIN_REF_SECS {
+            return Err(PipelineError::ReferenceTooShort {
+                seconds,
+                min_seconds: MIN_REF_SECS,
+                model: "Chatterbox",
+            });
+        }
+        let dec = &clip.wav_24k[..clip.wav_24k.len().min(DEC_COND_LEN)];
+        let gen = self.s3gen.embed_ref(dec)?;
+        let device = self.s3gen.device();
+        let plen = self.t3.config().speech_cond_prompt_len;
+        let prompt = if plen > 0 {
+            let enc = &clip.wav_16k[..clip.wav_16k.len().min(self.enc_cond_len())];
+            let tokens = self.s3gen.tokenizer().forward(&[enc], S3_SR, Some(plen))?;
+            let tokens = tokens.to_vecs()?.into_iter().next().unwrap_or_default();
+            if tokens.is_empty() {
+                return Err(invalid(
+                    "reference clip",
+                    "too short: it gives no speech token; use a few seconds of speech",
+                ));
+            }
+            let n = tokens.len();
+            Some(Tensor::from_vec(tokens, (1, n), device)?)
+        } else {
+            None
+        };
+        let ve = self
+            .ve
+            .embeds_from_wavs(&[&clip.wav_16k], S3_SR, &EmbedOptions::default())?
+            .mean_keepdim(0)?
+            .to_device(device)?;
+        let mut t3 = chatterbox_t3::T3Cond::new(ve).with_emotion_adv(exaggeration);
+        if let Some(p) = prompt {
+            t3 = t3.with_prompt(p);
+        }
+        Ok(Conditionals { t3, gen })
+    }
+
+    fn language(&self, opts: &GenerateOptions) -> Result<Option<Language>> {
+        match (&opts.language, self.variant) {
+            (Some(l), Variant::Multilingual) if !l.is_empty() => {
+                Ok(Some(Language::parse(&l.to_lowercase())?))
+            }
+            (Some(l), _) if !l.is_empty() && !l.eq_ignore_ascii_case("en") => Err(invalid(
+                "language",
+                format!(
+                    "{l:?}: the {} model speaks English only",
+                    self.variant.name()
+                ),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// One chunk of text through T3 and S3Gen with the reference's post-processing.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn synthesize(
+        &self,
+        text: &str,
+        opts: &GenerateOptions,
+        conds: &Conditionals,
+        sampling: Sampling,
+        draws: &mut dyn Draws,
+        chunk: usize,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ChunkOutput> {
+        opts.validate()?;
+        let language = self.language(opts)?;
+        let ids = self.text.text_tokens(text, language)?;
+        let max = opts.max_new_tokens;
+        let mut on_token = |generated: usize| {
+            progress(&Progress::Tokens {
+                chunk,
+                generated,
+                max,
+            })
+        };
+        let raw_tokens: Vec<u32> = if self.is_turbo() {
+            if opts.cfg_weight > 0.0 || opts.exaggeration > 0.0 || opts.min_p > 0.0 {
+                tracing::warn!(
+                    "CFG, min_p and exaggeration are not supported by Turbo and will be ignored"
+                );
+            }
+            let cond_emb = self.t3.prepare_conditioning(&conds.t3)?;
+            let mut o = chatterbox_t3::TurboOptions::default();
+            o.temperature = opts.temperature;
+            o.top_k = opts.top_k;
+            o.top_p = opts.top_p;
+            o.repetition_penalty = opts.repetition_penalty;
+            o.max_gen_len = max;
+            o.sampling = sampling;
+            let mut v = Vec::new();
+            for t in self.t3.generate_turbo(&cond_emb, &ids, &o)? {
+                v.push(t?);
+                on_token(v.len());
+            }
+            // `inference_turbo` returns the tokens without a final stop token.
+            if v.last() == Some(&self.t3.config().stop_speech_token) {
+                v.pop();
+            }
+            v
+        } else {
+            let cond = conds.with_exaggeration(opts.exaggeration);
+            let cond_emb = self.t3.prepare_conditioning(&cond.t3)?;
+            let padded = self.t3.pad_text_tokens(&ids);
+            let mut o = chatterbox_t3::GenerateOptions::default();
+            o.max_new_tokens = max;
+            o.temperature = opts.temperature;
+            o.top_p = opts.top_p;
+            o.min_p = opts.min_p;
+            o.repetition_penalty = opts.repetition_penalty;
+            o.cfg_weight = opts.cfg_weight;
+            o.sampling = sampling;
+            let mut v = Vec::new();
+            for t in self.t3.generate(&cond_emb, &padded, &o)? {
+                v.push(t?);
+                on_token(v.len());
+            }
+            v
+        };
+        let speech_tokens = self.post_process(&raw_tokens);
+        if speech_tokens.is_empty() {
+            return Err(PipelineError::NoSpeechTokens {
+                chunk,
+                text: text.to_string(),
+            });
+        }
+        let s3opts = S3GenOptions {
+            n_cfm_timesteps: opts.n_cfm_timesteps.or(self.is_turbo().then_some(2)),
+        };
+        let mel = self
+            .s3gen
+            .flow_inference(&speech_tokens, &conds.gen, &s3opts, draws)?;
+        let wav = self.s3gen.hift_inference(&mel, draws)?;
+        let mut wav = wav.squeeze(0)?.to_vec1::<f32>()?;
+        if self.variant == Variant::Multilingual {
+            // Drop the final speech token's audio (emitted just before EOS; ~40 ms of noise).
+            let st_len = speech_tokens.len().saturating_sub(1).max(1);
+            wav.truncate(st_len * SAMPLES_PER_TOKEN);
+        }
+        Ok(ChunkOutput {
+            raw_tokens,
+            speech_tokens,
+            mel,
+            wav,
+        })
+    }
+
+    /// The variant's token post-processing before S3Gen.
+    pub(crate) fn post_process(&self, raw: &[u32]) -> Vec<u32> {
+        match self.variant {
+            Variant::English => drop_invalid_tokens(raw)
+                .into_iter()
+                .filter(|&t| t < SPEECH_VOCAB_SIZE)
+                .collect(),
+            Variant::Multilingual => {
+                let v = drop_invalid_tokens(raw);
+                // The reference passes ids >= 6561 on to S3Gen, whose embedding then fails;
+                // they are dropped here instead.
+                if v.iter().any(|&t| t >= SPEECH_VOCAB_SIZE) {
+                    tracing::warn!("dropping speech tokens outside S3Gen's vocabulary");
+                }
+                v.into_iter().filter(|&t| t < SPEECH_VOCAB_SIZE).collect()
+            }
+            Variant::Turbo | Variant::Nano => {
+                // `inference_turbo` drops a final stop token; then OOV tokens go and three
+                // silence tokens are appended.
+                let mut v: Vec<u32> = raw
+                    .iter()
+                    .copied()
+                    .filter(|&t| t < SPEECH_VOCAB_SIZE)
+                    .collect();
+                v.extend([S3GEN_SIL; 3]);
+                v
+            }
+        }
+    }
+
+    /// Long text: chunks, each synthesised with the same voice, joined with a crossfade and
+    /// handed to `on_audio` as they are final.
+    pub(crate) fn generate_stream(
+        &self,
+        text: &str,
+        opts: &GenerateOptions,
+        progress: &mut dyn FnMut(&Progress),
+        on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
+        opts.validate()?;
+        let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
+        let chunks: Vec<String> = if opts.max_chunk_chars == 0 {
+            vec![text.to_string()]
+        } else {
+            let c = SentenceChunker::new(opts.max_chunk_chars)?.split(text);
+            if c.is_empty() {
+                vec![text.to_string()]
+            } else {
+                c
+            }
+        };
+        let seed = opts.seed.unwrap_or_else(rand::random);
+        let mut draws = SeededDraws::new(seed);
+        let fade = (opts.crossfade_ms as usize * S3GEN_SR as usize) / 1000;
+        let mut fader = Crossfader::new(fade);
+        let total = chunks.len();
+        for (index, chunk) in chunks.iter().enumerate() {
+            progress(&Progress::ChunkStarted {
+                index,
+                total,
+                chars: chunk.chars().count(),
+            });
+            let sampling = if opts.greedy {
+                Sampling::Greedy
+            } else {
+                Sampling::Seeded(seed.wrapping_add(index as u64))
+            };
+            let out = self.synthesize(chunk, opts, conds, sampling, &mut draws, index, progress)?;
+            let samples = out.wav.len();
+            let ready = fader.push(out.wav);
+            if !ready.is_empty() {
+                on_audio(&ready)?;
+            }
+            progress(&Progress::ChunkFinished {
+                index,
+                total,
+                samples,
+            });
+        }
+        let rest = fader.finish();
+        if !rest.is_empty() {
+            on_audio(&rest)?;
+        }
+        Ok(())
+    }
+
+    /// [`TtsCore::generate_stream`] collected, then watermarked.
+    pub(crate) fn generate(
+        &self,
+        text: &str,
+        opts: &GenerateOptions,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Audio> {
+        let mut wav = Vec::new();
+        self.generate_stream(text, opts, progress, &mut |s| {
+            wav.extend_from_slice(s);
+            Ok(())
+        })?;
+        self.watermark.apply(&mut wav, S3GEN_SR)?;
+        Ok(Audio::new(wav, S3GEN_SR))
+    }
+}

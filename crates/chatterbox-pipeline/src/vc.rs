@@ -1,0 +1,188 @@
+//! `ChatterboxVC` (chatterbox/vc.py, upstream 5de7a54): voice conversion, the speech tokens of a
+//! source clip re-synthesised by S3Gen in a target voice.
+use crate::checkpoint::{optional, require, var_builder, CONDS_FILE};
+use crate::conditionals::Conditionals;
+use crate::config::S3GenConfig;
+use crate::draws::{Draws, SeededDraws};
+use crate::error::loading;
+use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SR, S3_SR};
+use crate::voice::audio_24k;
+use crate::watermark::{WatermarkHook, Watermarker};
+use crate::{PipelineError, Result};
+use candle_core::{DType, Device};
+use chatterbox_dsp::Audio;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Options of [`ChatterboxVc::generate`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct VcOptions {
+    /// Seed of S3Gen's random draws (CFM noise, vocoder phases and noise). Default: `0`.
+    pub seed: u64,
+    /// CFM Euler steps. Default: `None` (10).
+    pub n_cfm_timesteps: Option<usize>,
+}
+
+/// Voice conversion: S3Gen alone (`s3gen.safetensors`), with the checkpoint's built-in voice
+/// (`conds.pt`, when present) as the default target.
+#[derive(Debug, Clone)]
+pub struct ChatterboxVc {
+    s3gen: S3Gen,
+    target: Option<S3GenRef>,
+    watermark: WatermarkHook,
+}
+
+impl VcOptions {
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+impl ChatterboxVc {
+    /// Sample rate of the output.
+    pub const SAMPLE_RATE: u32 = S3GEN_SR;
+
+    /// Loads `s3gen.safetensors` (and `conds.pt` when present) from a checkpoint directory in
+    /// the hub layout. `dtype` is the flow estimator's; everything else runs in f32.
+    pub fn from_dir(dir: impl AsRef<Path>, device: &Device, dtype: DType) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = crate::config::ChatterboxConfig::from_dir_or(
+            dir,
+            crate::config::ChatterboxConfig::english(),
+        )?;
+        Self::from_dir_with_config(dir, &cfg.s3gen, device, dtype)
+    }
+
+    /// [`ChatterboxVc::from_dir`] with explicit hyper-parameters (tests, resized models).
+    pub fn from_dir_with_config(
+        dir: impl AsRef<Path>,
+        cfg: &S3GenConfig,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self> {
+        let dir = dir.as_ref();
+        let path = require(
+            dir,
+            "s3gen.safetensors",
+            "S3Gen weights",
+            "voice conversion",
+        )?;
+        let vb = var_builder(&path, DType::F32, device)?;
+        let s3gen = S3Gen::new(cfg, vb, dtype).map_err(loading(&path))?;
+        let target = match optional(dir, CONDS_FILE) {
+            Some(p) => Some(Conditionals::load(&p, device)?.gen),
+            None => None,
+        };
+        Ok(Self::new(s3gen, target))
+    }
+
+    /// `from_pretrained(device)`: downloads `s3gen.safetensors` and `conds.pt` of
+    /// `ResembleAI/chatterbox` (cached) and loads them.
+    #[cfg(feature = "hub")]
+    pub fn from_hub(device: &Device, dtype: DType) -> Result<Self> {
+        let files = crate::checkpoint::CheckpointFiles {
+            ve: "s3gen.safetensors",
+            t3: "s3gen.safetensors".into(),
+            s3gen: "s3gen.safetensors",
+            tokenizer: CONDS_FILE,
+            optional: &[],
+        };
+        let dir = crate::hub::download_files("ResembleAI/chatterbox", &files)?;
+        Self::from_dir(dir, device, dtype)
+    }
+
+    /// Wraps a loaded S3Gen and an optional default target voice.
+    pub fn new(s3gen: S3Gen, target: Option<S3GenRef>) -> Self {
+        Self {
+            s3gen,
+            target,
+            watermark: WatermarkHook::default(),
+        }
+    }
+
+    /// Plugs in a watermarker (none by default; see the crate docs).
+    pub fn with_watermarker(mut self, w: Option<Arc<dyn Watermarker>>) -> Self {
+        self.watermark.set(w);
+        self
+    }
+
+    /// S3Gen.
+    pub fn s3gen(&self) -> &S3Gen {
+        &self.s3gen
+    }
+
+    /// The current target voice.
+    pub fn target(&self) -> Option<&S3GenRef> {
+        self.target.as_ref()
+    }
+
+    /// `set_target_voice`: the first 10 s of `audio` (at 24 kHz) become the target voice.
+    pub fn set_target_voice(&mut self, audio: &Audio) -> Result<()> {
+        let wav = audio_24k(audio)?;
+        self.set_target_voice_24k(&wav)
+    }
+
+    /// `set_target_voice(wav_fpath)`: decodes an audio file (WAV, FLAC, MP3, Ogg) and makes its
+    /// first 10 s the target voice.
+    pub fn set_target_voice_file(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.set_target_voice(&chatterbox_dsp::audio::load(path)?)
+    }
+
+    /// [`ChatterboxVc::generate`] of an audio file.
+    pub fn generate_file(&self, source: impl AsRef<Path>, opts: &VcOptions) -> Result<Audio> {
+        self.generate(&chatterbox_dsp::audio::load(source)?, opts)
+    }
+
+    /// [`ChatterboxVc::set_target_voice`] from 24 kHz samples.
+    pub fn set_target_voice_24k(&mut self, wav_24k: &[f32]) -> Result<()> {
+        crate::voice::check_clip(wav_24k)?;
+        let seconds = wav_24k.len() as f64 / f64::from(S3GEN_SR);
+        if seconds < crate::tts::MIN_REF_SECS {
+            return Err(PipelineError::ReferenceTooShort {
+                seconds,
+                min_seconds: crate::tts::MIN_REF_SECS,
+                model: "voice conversion",
+            });
+        }
+        let n = wav_24k.len().min(DEC_COND_LEN);
+        self.target = Some(self.s3gen.embed_ref(&wav_24k[..n])?);
+        Ok(())
+    }
+
+    /// Converts `source` (any rate; loaded at 16 kHz as `librosa.load(sr=16000)`) to the
+    /// target voice: 24 kHz audio.
+    pub fn generate(&self, source: &Audio, opts: &VcOptions) -> Result<Audio> {
+        let src = source.resampled(S3_SR)?.samples;
+        let mut draws = SeededDraws::new(opts.seed);
+        let mut wav = self.generate_16k(&src, opts, &mut draws)?;
+        self.watermark.apply(&mut wav, S3GEN_SR)?;
+        Ok(Audio::new(wav, S3GEN_SR))
+    }
+
+    /// The conversion of a 16 kHz clip with S3Gen's draws from `draws` (no watermark).
+    pub fn generate_16k(
+        &self,
+        source_16k: &[f32],
+        opts: &VcOptions,
+        draws: &mut dyn Draws,
+    ) -> Result<Vec<f32>> {
+        let target = self.target.as_ref().ok_or(PipelineError::NoConditionals)?;
+        chatterbox_dsp::check_signal("source clip", source_16k)?;
+        let tokens = self.s3gen.tokenizer().forward(&[source_16k], S3_SR, None)?;
+        let tokens = tokens.to_vecs()?.into_iter().next().unwrap_or_default();
+        if tokens.is_empty() {
+            return Err(PipelineError::InvalidInput {
+                what: "source clip",
+                reason: format!("{} samples give no speech token", source_16k.len()),
+            });
+        }
+        let s3opts = S3GenOptions {
+            n_cfm_timesteps: opts.n_cfm_timesteps,
+        };
+        let wav = self.s3gen.inference(&tokens, target, &s3opts, draws)?;
+        Ok(wav.squeeze(0)?.to_vec1::<f32>()?)
+    }
+}

@@ -1,0 +1,341 @@
+//! Behaviour and error tests on the tiny english/turbo checkpoints of the parity fixtures.
+#![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
+use candle_core::{DType, Device, Tensor};
+use chatterbox_pipeline::{
+    drop_invalid_tokens, Audio, ChatterboxConfig, ChatterboxTts, ChatterboxTurboTts, ChatterboxVc,
+    Conditionals, GenerateOptions, PipelineError, Progress, S3GEN_SIL,
+};
+use chatterbox_testkit::fixtures_root;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+fn fixture_dir() -> PathBuf {
+    fixtures_root().join("pipeline")
+}
+
+fn load(case: &str) -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(
+        fixture_dir().join(format!("{case}.safetensors")),
+        &Device::Cpu,
+    )
+    .unwrap()
+}
+
+fn config(case: &str) -> ChatterboxConfig {
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture_dir().join(format!("{case}.json"))).unwrap(),
+    )
+    .unwrap();
+    serde_json::from_value(meta["config"]["chatterbox"].clone()).unwrap()
+}
+
+fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) {
+    let part: HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+        .collect();
+    candle_core::safetensors::save(&part, path).unwrap();
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "chatterbox-pipeline-api-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The english fixture as a checkpoint directory with its config sidecar.
+fn english_dir(name: &str) -> PathBuf {
+    let dir = temp_dir(name);
+    let t = load("english");
+    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"));
+    write_part(&t, "ve.", &dir.join("ve.safetensors"));
+    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"));
+    std::fs::copy(
+        fixtures_root().join("text/assets/en/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    let cfg = serde_json::to_string(
+        &serde_json::from_str::<serde_json::Value>(
+            &std::fs::read_to_string(fixture_dir().join("english.json")).unwrap(),
+        )
+        .unwrap()["config"]["chatterbox"],
+    )
+    .unwrap();
+    std::fs::write(dir.join(chatterbox_pipeline::CONFIG_FILE), cfg).unwrap();
+    dir
+}
+
+fn ref_clip() -> Audio {
+    let t = load("english");
+    let wav = t["in.ref_24k"]
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    Audio::new(wav, 24_000)
+}
+
+fn english_model(name: &str) -> (ChatterboxTts, PathBuf) {
+    let dir = english_dir(name);
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    tts.prepare_conditionals_from_audio(&ref_clip(), 0.5)
+        .unwrap();
+    (tts, dir)
+}
+
+fn small_opts() -> GenerateOptions {
+    let mut o = GenerateOptions::english().with_seed(7);
+    o.max_new_tokens = 8;
+    o
+}
+
+#[test]
+fn missing_file_is_named() {
+    let dir = english_dir("missing");
+    std::fs::remove_file(dir.join("t3_cfg.safetensors")).unwrap();
+    let err = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap_err();
+    match &err {
+        PipelineError::MissingFile { file, .. } => assert_eq!(file, "t3_cfg.safetensors"),
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert!(err.to_string().contains("t3_cfg.safetensors"));
+    let mut vc = ChatterboxVc::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let err = vc
+        .set_target_voice(&Audio::new(vec![0.1; 2400], 24_000))
+        .unwrap_err();
+    assert!(
+        matches!(err, PipelineError::ReferenceTooShort { .. }),
+        "{err:?}"
+    );
+    let err = vc
+        .generate(&Audio::new(vec![0.1; 16_000], 16_000), &Default::default())
+        .unwrap_err();
+    assert!(matches!(err, PipelineError::NoConditionals), "{err:?}");
+    let err = ChatterboxVc::from_dir(dir.join("nope"), &Device::Cpu, DType::F32).unwrap_err();
+    assert!(matches!(err, PipelineError::Io { .. }), "{err:?}");
+    let err = ChatterboxTurboTts::from_dir(&dir, false, &Device::Cpu, DType::F32).unwrap_err();
+    assert!(err.to_string().contains("t3_turbo_v1.safetensors"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupt_weights_are_a_typed_error() {
+    let dir = english_dir("corrupt");
+    std::fs::write(dir.join("s3gen.safetensors"), b"not a safetensors file").unwrap();
+    let err = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap_err();
+    assert!(matches!(err, PipelineError::Checkpoint { .. }), "{err:?}");
+    assert!(err.to_string().contains("s3gen.safetensors"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_voice_clips() {
+    let (mut tts, dir) = english_model("clips");
+    let err = tts
+        .prepare_conditionals_from_audio(&Audio::new(vec![0.0; 48_000], 24_000), 0.5)
+        .unwrap_err();
+    assert!(matches!(err, PipelineError::SilentAudio { .. }), "{err:?}");
+    let err = tts
+        .prepare_conditionals_from_audio(&Audio::new(vec![0.1, -0.1, 0.2], 24_000), 0.5)
+        .unwrap_err();
+    assert!(
+        matches!(err, PipelineError::ReferenceTooShort { .. }),
+        "{err:?}"
+    );
+    let mut nan = ref_clip();
+    nan.samples[100] = f32::NAN;
+    assert!(tts.prepare_conditionals_from_audio(&nan, 0.5).is_err());
+    let garbage = dir.join("garbage.wav");
+    std::fs::write(&garbage, b"RIFF....garbage").unwrap();
+    assert!(tts.prepare_conditionals(&garbage, 0.5).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_options_and_language() {
+    let (tts, dir) = english_model("options");
+    let mut o = small_opts();
+    o.temperature = 0.0;
+    let err = tts.generate("Hi there.", &o).unwrap_err();
+    assert!(err.to_string().contains("temperature"), "{err}");
+    let mut o = small_opts();
+    o.top_p = 1.5;
+    assert!(tts.generate("Hi there.", &o).is_err());
+    let mut o = small_opts();
+    o.max_new_tokens = 0;
+    assert!(tts.generate("Hi there.", &o).is_err());
+    let o = small_opts().with_language("fr");
+    let err = tts.generate("Bonjour.", &o).unwrap_err();
+    assert!(err.to_string().contains("language"), "{err}");
+    let err = tts.generate("   ", &small_opts()).unwrap_err();
+    assert!(matches!(err, PipelineError::Text(_)), "{err:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn generate_without_voice_fails() {
+    let dir = english_dir("novoice");
+    let tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    assert!(tts.conditionals().is_none());
+    let err = tts.generate("Hello.", &small_opts()).unwrap_err();
+    assert!(matches!(err, PipelineError::NoConditionals), "{err:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn turbo_needs_five_seconds() {
+    let dir = temp_dir("turbo");
+    let t = load("turbo");
+    let en = load("english");
+    write_part(&t, "t3.", &dir.join("t3_turbo_v1.safetensors"));
+    write_part(&t, "ve.", &dir.join("ve.safetensors"));
+    let mut s3: HashMap<String, Tensor> = en
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("s3gen."))
+        .collect();
+    s3.extend(t.into_iter().filter(|(k, _)| k.starts_with("s3gen.")));
+    write_part(&s3, "s3gen.", &dir.join("s3gen_meanflow.safetensors"));
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(
+            fixtures_root().join("text/assets/turbo").join(f),
+            dir.join(f),
+        )
+        .unwrap();
+    }
+    let cfg = config("turbo");
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    let err = tts
+        .prepare_conditionals_from_audio(&ref_clip(), 0.0)
+        .unwrap_err();
+    assert!(
+        matches!(err, PipelineError::ReferenceTooShort { .. }),
+        "{err:?}"
+    );
+    // A 5.5 s clip is accepted (normalised to -27 LUFS first).
+    let mut long = ref_clip().samples;
+    while long.len() < 132_000 {
+        long.extend_from_within(..28_800);
+    }
+    tts.prepare_conditionals_from_audio(&Audio::new(long, 24_000), 0.0)
+        .unwrap();
+    let mut o = GenerateOptions::turbo().with_seed(1);
+    o.max_new_tokens = 6;
+    let tokens = tts.post_process_tokens(&[1, 2, 6561, 3]);
+    assert_eq!(tokens, vec![1, 2, 3, S3GEN_SIL, S3GEN_SIL, S3GEN_SIL]);
+    let audio = tts.generate("Hello there.", &o).unwrap();
+    assert_eq!(audio.sample_rate, 24_000);
+    assert!(!audio.samples.is_empty() && audio.samples.iter().all(|v| v.is_finite()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn chunked_generation_streams_and_reports_progress() {
+    let (tts, dir) = english_model("chunks");
+    let mut o = small_opts();
+    o.max_chunk_chars = 12;
+    let text = "Hello there. How are you?";
+    let mut events = Vec::new();
+    let audio = tts
+        .generate_with_progress(text, &o, &mut |p| events.push(p.clone()))
+        .unwrap();
+    let started = events
+        .iter()
+        .filter(|e| matches!(e, Progress::ChunkStarted { .. }))
+        .count();
+    let finished: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            Progress::ChunkFinished { samples, .. } => Some(*samples),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, 2);
+    assert_eq!(finished.len(), 2);
+    assert!(events.iter().any(|e| matches!(e, Progress::Tokens { .. })));
+    // Two chunks joined with a 50 ms crossfade: the overlap is counted once.
+    let fade = 24_000 * 50 / 1000;
+    let overlap = fade.min(finished[0]).min(finished[1]);
+    assert_eq!(audio.samples.len(), finished[0] + finished[1] - overlap);
+    // Streaming gives the same samples in pieces; the same seed gives the same audio.
+    let mut streamed = Vec::new();
+    let mut pieces = 0;
+    tts.generate_stream(text, &o, &mut |_| {}, &mut |s| {
+        pieces += 1;
+        streamed.extend_from_slice(s);
+        Ok(())
+    })
+    .unwrap();
+    assert!(pieces >= 2);
+    assert_eq!(streamed, audio.samples);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn conditionals_roundtrip_and_reference_conds_pt() {
+    let (tts, dir) = english_model("conds");
+    let c = tts.conditionals().unwrap();
+    let p = dir.join("voice.safetensors");
+    c.save(&p).unwrap();
+    let back = Conditionals::load(&p, &Device::Cpu).unwrap();
+    let eq = |a: &Tensor, b: &Tensor| {
+        let a = a
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let b = b
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(a, b);
+    };
+    eq(&c.t3.speaker_emb, &back.t3.speaker_emb);
+    eq(&c.gen.prompt_feat, &back.gen.prompt_feat);
+    eq(&c.gen.prompt_token, &back.gen.prompt_token);
+    assert_eq!(back.t3.emotion_adv, 0.5);
+
+    // The reference's conds.pt of the same voice (same 16 kHz copy) holds the recorded values.
+    let r = Conditionals::load(fixture_dir().join("english_conds.pt"), &Device::Cpu).unwrap();
+    let fx = load("english");
+    eq(&r.t3.speaker_emb, &fx["out.speaker_emb"]);
+    eq(&r.gen.prompt_feat, &fx["out.prompt_feat"]);
+    eq(&r.gen.embedding, &fx["out.embedding"]);
+    eq(&r.gen.prompt_token, &fx["out.prompt_token"]);
+    eq(
+        r.t3.cond_prompt_speech_tokens.as_ref().unwrap(),
+        &fx["out.cond_prompt_speech_tokens"],
+    );
+    assert_eq!(r.t3.emotion_adv, 0.5);
+
+    // A checkpoint that ships conds.pt has a voice right after loading.
+    std::fs::copy(fixture_dir().join("english_conds.pt"), dir.join("conds.pt")).unwrap();
+    let tts2 = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    assert!(tts2.conditionals().is_some());
+    let bad = dir.join("bad.safetensors");
+    std::fs::write(&bad, b"garbage").unwrap();
+    assert!(matches!(
+        Conditionals::load(&bad, &Device::Cpu).unwrap_err(),
+        PipelineError::InvalidConditionals { .. }
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn drop_invalid_tokens_as_reference() {
+    assert_eq!(drop_invalid_tokens(&[6561, 1, 2, 6562, 3]), vec![1, 2]);
+    assert_eq!(drop_invalid_tokens(&[1, 2, 6562]), vec![1, 2]);
+    assert_eq!(drop_invalid_tokens(&[1, 2]), vec![1, 2]);
+    assert_eq!(drop_invalid_tokens(&[6562, 6561]), Vec::<u32>::new());
+}
