@@ -1,0 +1,315 @@
+//! The command line: subcommands, options and their help texts (clap).
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const ABOUT: &str = "Text to speech with voice cloning, and voice conversion, with Resemble AI's \
+Chatterbox models (native Rust, CPU/CUDA/Metal).";
+
+const LONG_ABOUT: &str = "\
+Text to speech with voice cloning, and voice conversion, with Resemble AI's Chatterbox models.
+
+The first run downloads the model from the Hugging Face hub (a few GB, cached in
+~/.cache/huggingface); --model-dir DIR uses a checkpoint directory on disk instead.";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Speak a sentence in the model's built-in voice
+  chatterbox speak \"Hello from Chatterbox.\" -o hello.wav
+
+  # Clone a voice from a short reference clip (5 to 10 s of clean speech)
+  chatterbox speak \"Nice to meet you.\" --voice me.wav -o me-hello.wav
+
+  # Other languages with the multilingual model
+  chatterbox speak \"Bonjour tout le monde.\" --model multilingual --language fr -o bonjour.wav
+
+  # Read a long text from a file (or from stdin with `-`) with the fast Turbo model
+  chatterbox speak --file chapter1.txt --model turbo --voice narrator.wav -o chapter1.wav
+  cat notes.txt | chatterbox speak - -o notes.wav
+
+  # Offline, from a checkpoint directory, on a GPU
+  chatterbox speak \"Hi.\" --model-dir ./chatterbox-ckpt --device cuda -o hi.wav
+
+  # Voice conversion: the words of source.wav, spoken in the voice of target.wav
+  chatterbox vc source.wav --target target.wav -o converted.wav";
+
+/// `chatterbox`: the command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chatterbox",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = "`chatterbox --help` shows examples; `chatterbox speak --help` and `chatterbox vc --help` every option.",
+    after_long_help = EXAMPLES,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Synthesise speech from text, optionally in the voice of a reference clip.
+    #[command(
+        long_about = "Synthesise speech from text, optionally in the voice of a reference clip.\n\n\
+            The text comes from the TEXT argument, from --file, or from standard input (TEXT \
+            `-` or absent). Long texts are split into sentences and spoken chunk by chunk in \
+            the same voice. Sampling options left out take the chosen model's defaults (the \
+            Python reference's).",
+        after_long_help = SPEAK_EXAMPLES
+    )]
+    Speak(Box<SpeakArgs>),
+    /// Voice conversion: re-speak a recording in another voice.
+    #[command(
+        long_about = "Voice conversion: the words and timing of SOURCE, re-synthesised in the \
+            voice of --target (the first 10 s of it are used). Without --target the checkpoint's \
+            built-in voice is used, when it has one.",
+        after_long_help = VC_EXAMPLES
+    )]
+    Vc(VcArgs),
+}
+
+const SPEAK_EXAMPLES: &str = "\
+Examples:
+  chatterbox speak \"Hello from Chatterbox.\" -o hello.wav
+  chatterbox speak \"Nice to meet you.\" --voice me.wav --exaggeration 0.7 -o hello.wav
+  chatterbox speak \"Hola a todos.\" --model multilingual --language es -o hola.wav
+  chatterbox speak --file story.txt --model turbo -o story.wav
+  echo \"Piped text.\" | chatterbox speak -o piped.wav
+
+  # Prepare a voice once, reuse it without the clip (faster start)
+  chatterbox speak \"First line.\" --voice me.wav --save-voice me.voice.safetensors -o 1.wav
+  chatterbox speak \"Second line.\" --voice-file me.voice.safetensors -o 2.wav";
+
+const VC_EXAMPLES: &str = "\
+Examples:
+  chatterbox vc my-speech.wav --target someone.wav -o my-speech-as-someone.wav
+  chatterbox vc input.flac --target ref.wav --model-dir ./chatterbox-ckpt -o out.wav";
+
+/// Which Chatterbox model speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Model {
+    /// Chatterbox, English (ResembleAI/chatterbox), 0.5B.
+    English,
+    /// Chatterbox Multilingual, 23 languages (ResembleAI/chatterbox); pick one with --language.
+    Multilingual,
+    /// Chatterbox Turbo, English, fast (ResembleAI/chatterbox-turbo); voice clips must be > 5 s.
+    Turbo,
+    /// Chatterbox Nano, the smallest Turbo (ResembleAI/chatterbox-nano).
+    Nano,
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// CUDA if built in and present, else Metal if built in and present, else the CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// An NVIDIA GPU (ordinal).
+    Cuda(usize),
+    /// An Apple GPU (ordinal).
+    Metal(usize),
+}
+
+impl std::str::FromStr for DeviceArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.to_ascii_lowercase();
+        let (kind, ordinal) = match lower.split_once(':') {
+            Some((k, n)) => {
+                let n = n
+                    .parse::<usize>()
+                    .map_err(|_| format!("{s:?}: the GPU number after ':' must be an integer"))?;
+                (k, n)
+            }
+            None => (lower.as_str(), 0),
+        };
+        match kind {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" | "gpu" => Ok(Self::Cuda(ordinal)),
+            "metal" | "mps" => Ok(Self::Metal(ordinal)),
+            _ => Err(format!(
+                "{s:?}; expected auto, cpu, cuda, cuda:N, metal or metal:N"
+            )),
+        }
+    }
+}
+
+/// Floating-point precision of the large matrix multiplications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    /// 32-bit float: exact, the default.
+    F32,
+    /// 16-bit float (GPUs).
+    F16,
+    /// bfloat16 (recent GPUs).
+    Bf16,
+}
+
+/// Sample format of the written WAV file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WavFormatArg {
+    /// 16-bit integer PCM (plays everywhere).
+    Pcm16,
+    /// 32-bit float.
+    F32,
+}
+
+/// Options shared by every subcommand: where the model comes from and where it runs.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// Checkpoint directory in the Hugging Face hub layout (e.g. a downloaded
+    /// ResembleAI/chatterbox). Without it the model is downloaded from the hub on first use.
+    #[arg(long, value_name = "DIR", env = "CHATTERBOX_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Hyper-parameters of a resized checkpoint (JSON of chatterbox-pipeline's
+    /// `ChatterboxConfig`: `t3`, `ve`, `s3gen`), for test checkpoints; released checkpoints
+    /// need none.
+    #[arg(
+        long,
+        value_name = "JSON",
+        requires = "model_dir",
+        hide_short_help = true
+    )]
+    pub config: Option<PathBuf>,
+    /// Where to run: auto, cpu, cuda, cuda:N, metal (GPU support must be compiled in with the
+    /// `cuda` or `metal` cargo feature).
+    #[arg(long, value_name = "DEVICE", default_value = "auto")]
+    pub device: DeviceArg,
+    /// Precision of the big matrix multiplications: f32, f16 or bf16 (half precision is for
+    /// GPUs).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DtypeArg,
+    /// Output WAV file ('-' writes it to standard output).
+    #[arg(short, long, value_name = "FILE", default_value = "output.wav")]
+    pub output: PathBuf,
+    /// Sample format of the WAV file.
+    #[arg(long, value_enum, default_value = "pcm16")]
+    pub wav_format: WavFormatArg,
+    /// Seed of the random sampling: the same seed, text and voice give the same audio.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// No progress bars or summary; errors are still printed.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `chatterbox speak`.
+#[derive(Debug, Args)]
+pub struct SpeakArgs {
+    /// The text to speak; '-' or nothing reads it from standard input.
+    #[arg(value_name = "TEXT", conflicts_with = "file")]
+    pub text: Option<String>,
+    /// Read the text from this file (UTF-8).
+    #[arg(short, long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Which model speaks.
+    #[arg(short, long, value_enum, default_value = "english")]
+    pub model: Model,
+    /// Language of the text, an ISO 639-1 code (multilingual model only; default en): ar da de
+    /// el en es fi fr he hi it ja ko ms nl no pl pt ru sv sw tr zh.
+    #[arg(short, long, value_name = "CODE")]
+    pub language: Option<String>,
+    /// Multilingual T3 checkpoint: v2 (default), v3, or a .safetensors file name in the model
+    /// directory.
+    #[arg(long, value_name = "VERSION")]
+    pub mtl_version: Option<String>,
+    /// Reference clip of the voice to clone (WAV, FLAC, MP3, Ogg; 5-10 s of clean speech;
+    /// Turbo and Nano need more than 5 s). Default: the checkpoint's built-in voice.
+    #[arg(short, long, value_name = "AUDIO", conflicts_with = "voice_file")]
+    pub voice: Option<PathBuf>,
+    /// Use a voice saved earlier with --save-voice (skips analysing a clip).
+    #[arg(long, value_name = "FILE")]
+    pub voice_file: Option<PathBuf>,
+    /// Save the voice prepared from --voice to this file (.safetensors) for --voice-file.
+    #[arg(long, value_name = "FILE")]
+    pub save_voice: Option<PathBuf>,
+    /// The sampling and conditioning knobs.
+    #[command(flatten)]
+    pub gen: GenerationArgs,
+    /// Model, device and output.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// Generation options; absent ones take the model's defaults.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Generation (defaults: the model's own)")]
+pub struct GenerationArgs {
+    /// Expressiveness, 0 (flat) to ~2 (dramatic) [english, multilingual: 0.5; turbo, nano:
+    /// ignored].
+    #[arg(long, value_name = "X")]
+    pub exaggeration: Option<f32>,
+    /// Classifier-free guidance weight; lower gives slower, more deliberate speech, 0 disables
+    /// it [english, multilingual: 0.5; turbo, nano: ignored].
+    #[arg(long, value_name = "X")]
+    pub cfg_weight: Option<f32>,
+    /// Sampling temperature [0.8].
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling: keep the smallest set of tokens with this total probability [english,
+    /// multilingual: 1.0; turbo, nano: 0.95].
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Drop tokens less likely than this fraction of the most likely one [english,
+    /// multilingual: 0.05; turbo, nano: ignored].
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f32>,
+    /// Keep only the K most likely tokens [turbo, nano: 1000; english, multilingual: unused].
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Penalty on repeating speech tokens, 1 = none [1.2].
+    #[arg(long, value_name = "X")]
+    pub repetition_penalty: Option<f32>,
+    /// Most speech tokens per text chunk (25 tokens = 1 s of audio) [1000].
+    #[arg(long, value_name = "N")]
+    pub max_new_tokens: Option<usize>,
+    /// Split texts longer than this many characters at sentence ends and speak them chunk by
+    /// chunk; 0 never splits [250].
+    #[arg(long, value_name = "N")]
+    pub chunk_chars: Option<usize>,
+    /// Always pick the most likely token instead of sampling (deterministic, often flat).
+    #[arg(long)]
+    pub greedy: bool,
+}
+
+/// `chatterbox vc`.
+#[derive(Debug, Args)]
+pub struct VcArgs {
+    /// The recording whose words are kept (WAV, FLAC, MP3, Ogg).
+    #[arg(value_name = "SOURCE")]
+    pub source: PathBuf,
+    /// Reference clip of the voice to convert to (the first 10 s are used). Default: the
+    /// checkpoint's built-in voice.
+    #[arg(short, long, value_name = "AUDIO")]
+    pub target: Option<PathBuf>,
+    /// Model, device and output.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!("cpu".parse::<DeviceArg>(), Ok(DeviceArg::Cpu));
+        assert_eq!("CUDA".parse::<DeviceArg>(), Ok(DeviceArg::Cuda(0)));
+        assert_eq!("cuda:1".parse::<DeviceArg>(), Ok(DeviceArg::Cuda(1)));
+        assert_eq!("metal".parse::<DeviceArg>(), Ok(DeviceArg::Metal(0)));
+        assert!("tpu".parse::<DeviceArg>().is_err());
+        assert!("cuda:x".parse::<DeviceArg>().is_err());
+    }
+}

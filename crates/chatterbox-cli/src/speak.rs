@@ -1,0 +1,421 @@
+//! `chatterbox speak`: text to speech with `ChatterboxTts`, `ChatterboxMultilingualTts` or
+//! `ChatterboxTurboTts`.
+use crate::args::{GenerationArgs, Model, SpeakArgs};
+use crate::input::{load_audio, read_text};
+use crate::output::{summary, Output};
+use crate::progress::Progress;
+use crate::source::{read_config, Source};
+use crate::{device, hub};
+use anyhow::{bail, Context, Result};
+use chatterbox_pipeline::{
+    Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
+    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, Variant,
+};
+use indicatif::ProgressBar;
+use std::time::Instant;
+
+/// A loaded text-to-speech model of any variant.
+pub enum Tts {
+    /// `ChatterboxTts`.
+    English(ChatterboxTts),
+    /// `ChatterboxMultilingualTts`.
+    Multilingual(ChatterboxMultilingualTts),
+    /// `ChatterboxTurboTts` (Turbo or Nano).
+    Turbo(ChatterboxTurboTts),
+}
+
+/// `$body` with `$m` bound to the model, whatever its type.
+macro_rules! each {
+    ($tts:expr, $m:ident => $body:expr) => {
+        match $tts {
+            Tts::English($m) => $body,
+            Tts::Multilingual($m) => $body,
+            Tts::Turbo($m) => $body,
+        }
+    };
+}
+
+impl Tts {
+    fn conditionals(&self) -> Option<&Conditionals> {
+        each!(self, m => m.conditionals())
+    }
+
+    fn set_conditionals(&mut self, c: Conditionals) {
+        each!(self, m => m.set_conditionals(c))
+    }
+
+    fn prepare_conditionals(&mut self, audio: &Audio, exaggeration: f32) -> Result<()> {
+        Ok(each!(self, m => m.prepare_conditionals_from_audio(audio, exaggeration))?)
+    }
+
+    fn generate_stream(
+        &self,
+        text: &str,
+        opts: &GenerateOptions,
+        progress: &mut dyn FnMut(&Event),
+        on_audio: &mut dyn FnMut(&[f32]) -> chatterbox_pipeline::Result<()>,
+    ) -> Result<()> {
+        Ok(each!(self, m => m.generate_stream(text, opts, progress, on_audio))?)
+    }
+}
+
+fn variant(model: Model) -> Variant {
+    match model {
+        Model::English => Variant::English,
+        Model::Multilingual => Variant::Multilingual,
+        Model::Turbo => Variant::Turbo,
+        Model::Nano => Variant::Nano,
+    }
+}
+
+/// The model's defaults with the options given on the command line.
+pub fn options(
+    model: Model,
+    g: &GenerationArgs,
+    language: Option<&str>,
+    seed: u64,
+) -> Result<GenerateOptions> {
+    let mut o = GenerateOptions::for_variant(variant(model)).with_seed(seed);
+    if let Some(v) = g.exaggeration {
+        o.exaggeration = v;
+    }
+    if let Some(v) = g.cfg_weight {
+        o.cfg_weight = v;
+    }
+    if let Some(v) = g.temperature {
+        o.temperature = v;
+    }
+    if let Some(v) = g.top_p {
+        o.top_p = v;
+    }
+    if let Some(v) = g.min_p {
+        o.min_p = v;
+    }
+    if let Some(v) = g.top_k {
+        o.top_k = v;
+    }
+    if let Some(v) = g.repetition_penalty {
+        o.repetition_penalty = v;
+    }
+    if let Some(v) = g.max_new_tokens {
+        o.max_new_tokens = v;
+    }
+    if let Some(v) = g.chunk_chars {
+        o.max_chunk_chars = v;
+    }
+    o.greedy = g.greedy;
+    o.language = language.map(str::to_string);
+    o.validate()?;
+    Ok(o)
+}
+
+/// `--language`, checked against the model: any supported code for the multilingual model
+/// (default `en`), only `en` for the others.
+pub fn language(model: Model, arg: Option<&str>) -> Result<Option<String>> {
+    let Some(code) = arg else {
+        return Ok((model == Model::Multilingual).then(|| "en".to_string()));
+    };
+    let lang =
+        chatterbox_text::Language::parse(code).with_context(|| format!("--language {code}"))?;
+    if model != Model::Multilingual && lang != chatterbox_text::Language::English {
+        bail!(
+            "--language {code}: the {} model speaks English only; use --model multilingual",
+            variant(model).name()
+        );
+    }
+    Ok(Some(lang.id().to_string()))
+}
+
+/// The model, from a directory (with `config` hyper-parameters when given) or the hub.
+fn load(
+    model: Model,
+    mtl: &MultilingualT3,
+    src: &Source,
+    config: Option<&ChatterboxConfig>,
+    dev: &candle_core::Device,
+    dtype: candle_core::DType,
+) -> Result<Tts> {
+    if let (Source::Dir(d), Some(cfg)) = (src, config) {
+        return Ok(match model {
+            Model::English => {
+                Tts::English(ChatterboxTts::from_dir_with_config(d, cfg, dev, dtype)?)
+            }
+            Model::Multilingual => Tts::Multilingual(
+                ChatterboxMultilingualTts::from_dir_with_config(d, mtl, cfg, dev, dtype)?,
+            ),
+            Model::Turbo | Model::Nano => Tts::Turbo(ChatterboxTurboTts::from_dir_with_config(
+                d,
+                model == Model::Nano,
+                cfg,
+                dev,
+                dtype,
+            )?),
+        });
+    }
+    Ok(match (src, model) {
+        (Source::Dir(d), Model::English) => Tts::English(ChatterboxTts::from_dir(d, dev, dtype)?),
+        (Source::Dir(d), Model::Multilingual) => Tts::Multilingual(
+            ChatterboxMultilingualTts::from_dir_with_model(d, mtl, dev, dtype)?,
+        ),
+        (Source::Dir(d), Model::Turbo | Model::Nano) => Tts::Turbo(ChatterboxTurboTts::from_dir(
+            d,
+            model == Model::Nano,
+            dev,
+            dtype,
+        )?),
+        (Source::Hub(_), _) => hub::tts(model, mtl, dev, dtype)?,
+    })
+}
+
+/// Runs `chatterbox speak`.
+pub fn run(args: SpeakArgs) -> Result<()> {
+    let rt = &args.runtime;
+    // Every cheap check first: nothing expensive runs before they pass.
+    device::check_available(rt.device)?;
+    let out = Output::check(&rt.output)?;
+    let save_voice = match &args.save_voice {
+        Some(p) => {
+            if args.voice.is_none() {
+                bail!("--save-voice needs --voice AUDIO: the clip whose voice is saved");
+            }
+            Output::check(p).context("--save-voice")?;
+            Some(p.as_path())
+        }
+        None => None,
+    };
+    let language = language(args.model, args.language.as_deref())?;
+    let mtl = match &args.mtl_version {
+        Some(v) if args.model != Model::Multilingual => {
+            bail!("--mtl-version {v} applies to --model multilingual only")
+        }
+        Some(v) => MultilingualT3::parse(v)?,
+        None => MultilingualT3::V2,
+    };
+    let opts = options(args.model, &args.gen, language.as_deref(), rt.seed)?;
+    let text = read_text(args.text.as_deref(), args.file.as_deref())?;
+    let voice_audio = match &args.voice {
+        Some(p) => Some(load_audio(p, "voice clip")?),
+        None => None,
+    };
+    if let Some(p) = &args.voice_file {
+        if !p.is_file() {
+            bail!("the voice file {} does not exist", p.display());
+        }
+    }
+    let config = rt.config.as_deref().map(read_config).transpose()?;
+    let repo = variant(args.model).hub_repo();
+    let src = Source::resolve(rt.model_dir.as_deref(), repo)?;
+    let dev = device::open(rt.device)?;
+    let dtype = device::dtype(rt.dtype);
+    let progress = Progress::new(rt.quiet);
+
+    let step = progress.step(format!(
+        "Loading Chatterbox {} from {}",
+        variant(args.model).name(),
+        src.describe()
+    ));
+    let mut tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
+        .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?;
+    step.done(format!(
+        "Loaded Chatterbox {} on {}",
+        variant(args.model).name(),
+        device::describe(&dev)
+    ));
+
+    set_voice(
+        &mut tts,
+        &args,
+        voice_audio.as_ref(),
+        &opts,
+        &dev,
+        &progress,
+    )?;
+    if let (Some(path), Some(conds)) = (save_voice, tts.conditionals()) {
+        conds
+            .save(path)
+            .with_context(|| format!("cannot save the voice to {}", path.display()))?;
+        progress.note(format!("Saved the voice to {}", path.display()));
+    }
+
+    let started = Instant::now();
+    let mut sink = out.sink(ChatterboxTts::SAMPLE_RATE, rt.wav_format)?;
+    let mut bars = Bars::new(&progress, opts.max_new_tokens);
+    let mut write_error = None;
+    let result = tts.generate_stream(&text, &opts, &mut |e| bars.event(e), &mut |samples| {
+        sink.push(samples).map_err(|e| {
+            let msg = format!("{e:#}");
+            write_error = Some(e);
+            chatterbox_pipeline::PipelineError::Io {
+                path: out_path(&out),
+                source: std::io::Error::other(msg),
+            }
+        })
+    });
+    bars.clear();
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    result.context("speech generation failed")?;
+    let samples = sink.finish()?;
+    let secs = samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+    progress.note(summary(&out, secs, started.elapsed()));
+    Ok(())
+}
+
+fn out_path(out: &Output) -> std::path::PathBuf {
+    match out {
+        Output::File(p) => p.clone(),
+        Output::Stdout => "-".into(),
+    }
+}
+
+/// The voice: `--voice` (a clip analysed now), `--voice-file` (saved earlier), else the
+/// checkpoint's built-in one.
+fn set_voice(
+    tts: &mut Tts,
+    args: &SpeakArgs,
+    clip: Option<&Audio>,
+    opts: &GenerateOptions,
+    dev: &candle_core::Device,
+    progress: &Progress,
+) -> Result<()> {
+    if let (Some(audio), Some(path)) = (clip, &args.voice) {
+        let step = progress.step(format!("Analysing the voice in {}", path.display()));
+        tts.prepare_conditionals(audio, opts.exaggeration)
+            .with_context(|| format!("cannot use {} as the voice", path.display()))?;
+        step.done(format!("Analysed the voice in {}", path.display()));
+    } else if let Some(path) = &args.voice_file {
+        let conds = Conditionals::load(path, dev)
+            .with_context(|| format!("cannot load the voice file {}", path.display()))?;
+        tts.set_conditionals(conds);
+    } else if tts.conditionals().is_none() {
+        bail!(
+            "no voice: this checkpoint has no built-in voice (conds.pt); pass --voice AUDIO \
+             (a 5-10 s clip of the voice to clone) or --voice-file FILE"
+        );
+    }
+    Ok(())
+}
+
+/// A bar of text chunks (long texts only) and a bar of the current chunk's speech tokens.
+struct Bars<'a> {
+    progress: &'a Progress,
+    max_tokens: usize,
+    chunks: Option<ProgressBar>,
+    tokens: Option<ProgressBar>,
+}
+
+impl<'a> Bars<'a> {
+    fn new(progress: &'a Progress, max_tokens: usize) -> Self {
+        Self {
+            progress,
+            max_tokens,
+            chunks: None,
+            tokens: None,
+        }
+    }
+
+    fn event(&mut self, e: &Event) {
+        match e {
+            Event::ChunkStarted { index, total, .. } => {
+                if *total > 1 && self.chunks.is_none() {
+                    self.chunks = Some(self.progress.bar(*total as u64, "text chunks", "chunks"));
+                }
+                if let Some(t) = self.tokens.take() {
+                    t.finish_and_clear();
+                }
+                let label = if *total > 1 {
+                    format!("chunk {}", index + 1)
+                } else {
+                    "speech".to_string()
+                };
+                self.tokens = Some(self.progress.bar(self.max_tokens as u64, label, "tokens"));
+            }
+            Event::Tokens { generated, max, .. } => {
+                if let Some(t) = &self.tokens {
+                    t.set_length(*max as u64);
+                    t.set_position(*generated as u64);
+                }
+            }
+            Event::ChunkFinished { index, .. } => {
+                if let Some(c) = &self.chunks {
+                    c.set_position(*index as u64 + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn clear(&mut self) {
+        for b in [self.tokens.take(), self.chunks.take()]
+            .into_iter()
+            .flatten()
+        {
+            b.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_start_from_the_models_defaults() -> Result<()> {
+        let g = GenerationArgs {
+            temperature: Some(0.5),
+            ..Default::default()
+        };
+        let o = options(Model::Turbo, &g, None, 7)?;
+        assert_eq!(o.top_p, 0.95);
+        assert_eq!(o.temperature, 0.5);
+        assert_eq!(o.seed, Some(7));
+        let o = options(Model::English, &GenerationArgs::default(), None, 0)?;
+        assert_eq!(o, GenerateOptions::english().with_seed(0));
+        let bad = GenerationArgs {
+            top_p: Some(1.5),
+            ..Default::default()
+        };
+        assert!(options(Model::English, &bad, None, 0).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn languages_are_checked_against_the_model() -> Result<()> {
+        assert_eq!(language(Model::Multilingual, None)?, Some("en".into()));
+        assert_eq!(
+            language(Model::Multilingual, Some("FR"))?,
+            Some("fr".into())
+        );
+        assert_eq!(language(Model::English, None)?, None);
+        assert!(language(Model::English, Some("fr")).is_err());
+        assert!(language(Model::Multilingual, Some("xx")).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn bars_follow_the_events() {
+        let p = Progress::new(true);
+        let mut b = Bars::new(&p, 100);
+        b.event(&Event::ChunkStarted {
+            index: 0,
+            total: 2,
+            chars: 10,
+        });
+        assert!(b.chunks.is_some());
+        b.event(&Event::Tokens {
+            chunk: 0,
+            generated: 5,
+            max: 100,
+        });
+        assert_eq!(b.tokens.as_ref().map(|t| t.position()), Some(5));
+        b.event(&Event::ChunkFinished {
+            index: 0,
+            total: 2,
+            samples: 1,
+        });
+        assert_eq!(b.chunks.as_ref().map(|t| t.position()), Some(1));
+        b.clear();
+        assert!(b.tokens.is_none() && b.chunks.is_none());
+    }
+}

@@ -1,0 +1,293 @@
+//! The `chatterbox` binary as a user runs it: help, and the errors a user can make, each a
+//! clear message and a non-zero exit before any expensive work.
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn chatterbox(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .args(args)
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) => o,
+        Err(e) => unreachable!("cannot run the chatterbox binary: {e}"),
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Fails with a message on stderr that contains every one of `needles`.
+fn assert_fails_with(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert!(
+        !o.status.success(),
+        "expected a failure, got success; stderr:\n{err}"
+    );
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr:\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+}
+
+/// A one-second 440 Hz tone at 16 kHz, as a WAV file.
+fn write_tone(path: &Path) {
+    let samples: Vec<f32> = (0..16_000)
+        .map(|i| 0.3 * (2.0 * std::f32::consts::PI * 440.0 * i as f32 / 16_000.0).sin())
+        .collect();
+    let audio = chatterbox_dsp::Audio::new(samples, 16_000);
+    if let Err(e) = chatterbox_dsp::audio::write_wav(path, &audio, chatterbox_dsp::WavFormat::Pcm16)
+    {
+        unreachable!("cannot write {}: {e}", path.display());
+    }
+}
+
+fn tempdir() -> tempfile::TempDir {
+    match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("tempdir: {e}"),
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap_or_default()
+}
+
+#[test]
+fn help_explains_the_commands_with_examples() {
+    let o = chatterbox(&["--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "speak",
+        "vc",
+        "Examples:",
+        "--model-dir",
+        "chatterbox speak \"",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
+    }
+    let o = chatterbox(&["speak", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "--voice",
+        "--voice-file",
+        "--save-voice",
+        "--language",
+        "--exaggeration",
+        "--cfg-weight",
+        "--temperature",
+        "--top-p",
+        "--min-p",
+        "--top-k",
+        "--repetition-penalty",
+        "--max-new-tokens",
+        "--seed",
+        "--device",
+        "--dtype",
+        "--quiet",
+        "Examples:",
+    ] {
+        assert!(
+            text.contains(needle),
+            "speak --help lacks {needle:?}:\n{text}"
+        );
+    }
+    let o = chatterbox(&["vc", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("--target"));
+}
+
+#[test]
+fn a_model_directory_missing_a_file_names_the_file() {
+    let dir = tempdir();
+    let out = dir.path().join("out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model-dir",
+        s(dir.path()),
+        "--device",
+        "cpu",
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["missing", ".safetensors"]);
+    assert!(!out.exists(), "no output on failure");
+
+    let source = dir.path().join("source.wav");
+    write_tone(&source);
+    let o = chatterbox(&[
+        "vc",
+        s(&source),
+        "--model-dir",
+        s(dir.path()),
+        "--device",
+        "cpu",
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["s3gen.safetensors"]);
+}
+
+#[test]
+fn a_missing_model_directory_is_named() {
+    let dir = tempdir();
+    let missing = dir.path().join("no-such-checkpoint");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model-dir",
+        s(&missing),
+        "-o",
+        s(&dir.path().join("out.wav")),
+    ]);
+    assert_fails_with(&o, &["no-such-checkpoint", "no such directory"]);
+}
+
+#[test]
+fn an_unknown_language_lists_the_supported_ones() {
+    let dir = tempdir();
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model",
+        "multilingual",
+        "--language",
+        "xx",
+        "--model-dir",
+        s(dir.path()),
+        "-o",
+        s(&dir.path().join("out.wav")),
+    ]);
+    assert_fails_with(&o, &["xx", "fr", "zh"]);
+    // The language is checked before the (empty) model directory is read.
+    assert!(!stderr(&o).contains("missing"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_unwritable_output_path_fails_before_any_model_work() {
+    let dir = tempdir();
+    let out = dir.path().join("no/such/folder/out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model-dir",
+        s(&dir.path().join("not-a-checkpoint")),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["out.wav", "does not exist"]);
+    assert!(!stderr(&o).contains("not-a-checkpoint"), "{}", stderr(&o));
+
+    // A directory as the output file.
+    let o = chatterbox(&["speak", "Hello.", "-o", s(dir.path())]);
+    assert_fails_with(&o, &["is a directory"]);
+}
+
+#[test]
+fn missing_inputs_are_named() {
+    let dir = tempdir();
+    let out = dir.path().join("out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--voice",
+        s(&dir.path().join("nobody.wav")),
+        "--model-dir",
+        s(dir.path()),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["nobody.wav", "does not exist"]);
+
+    let o = chatterbox(&["speak", "--model-dir", s(dir.path()), "-o", s(&out)]);
+    assert_fails_with(&o, &["empty"]);
+
+    let o = chatterbox(&["vc", s(&dir.path().join("src.wav")), "-o", s(&out)]);
+    assert_fails_with(&o, &["src.wav", "does not exist"]);
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn cuda_in_a_cpu_build_names_the_cargo_feature() {
+    let dir = tempdir();
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--device",
+        "cuda",
+        "-o",
+        s(&dir.path().join("out.wav")),
+    ]);
+    assert_fails_with(&o, &["CUDA", "--features cuda"]);
+}
+
+#[test]
+fn bad_option_values_are_usage_errors() {
+    let o = chatterbox(&["speak", "Hi.", "--model", "huge"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("english"), "{}", stderr(&o));
+    let o = chatterbox(&["speak", "Hi.", "--device", "tpu"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn inconsistent_voice_and_config_options_are_explained() {
+    let dir = tempdir();
+    let out = dir.path().join("out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--save-voice",
+        s(&dir.path().join("v.safetensors")),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["--save-voice needs --voice"]);
+
+    let cfg = dir.path().join("config.json");
+    if let Err(e) = std::fs::write(&cfg, "{\"t3\": 1}") {
+        unreachable!("cannot write {}: {e}", cfg.display());
+    }
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model-dir",
+        s(dir.path()),
+        "--config",
+        s(&cfg),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["config.json", "ChatterboxConfig"]);
+}
+
+#[test]
+fn a_corrupt_voice_clip_is_named_before_the_model_loads() {
+    let dir = tempdir();
+    let clip = dir.path().join("broken.wav");
+    if let Err(e) = std::fs::write(&clip, b"RIFF\x10\x00\x00\x00WAVEnot really audio") {
+        unreachable!("cannot write {}: {e}", clip.display());
+    }
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--voice",
+        s(&clip),
+        "--model-dir",
+        s(&dir.path().join("not-a-checkpoint")),
+        "-o",
+        s(&dir.path().join("out.wav")),
+    ]);
+    assert_fails_with(&o, &["broken.wav", "cannot read the voice clip"]);
+    assert!(!stderr(&o).contains("not-a-checkpoint"), "{}", stderr(&o));
+}

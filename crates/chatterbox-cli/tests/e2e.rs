@@ -1,0 +1,305 @@
+//! `chatterbox speak` and `chatterbox vc` end to end on the tiny random checkpoint of the
+//! committed pipeline fixtures (parity/fixtures/pipeline/english.*, vc.*), laid out as a
+//! hub-layout checkpoint directory.
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+type R<T> = anyhow::Result<T>;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
+}
+
+fn tensors(case: &str) -> R<HashMap<String, Tensor>> {
+    let path = fixtures()
+        .join("pipeline")
+        .join(format!("{case}.safetensors"));
+    Ok(candle_core::safetensors::load(&path, &Device::Cpu)?)
+}
+
+fn samples(t: &HashMap<String, Tensor>, name: &str) -> R<Vec<f32>> {
+    let v = t
+        .get(name)
+        .ok_or_else(|| anyhow::anyhow!("fixture lacks {name}"))?;
+    Ok(v.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// The tensors under `prefix` (prefix removed) saved to `path`.
+fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) -> R<()> {
+    let part: HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+        .collect();
+    anyhow::ensure!(!part.is_empty(), "no tensor under {prefix}");
+    Ok(candle_core::safetensors::save(&part, path)?)
+}
+
+fn write_wav(path: &Path, samples: Vec<f32>, sample_rate: u32) -> R<()> {
+    let audio = chatterbox_dsp::Audio::new(samples, sample_rate);
+    Ok(chatterbox_dsp::audio::write_wav(
+        path,
+        &audio,
+        chatterbox_dsp::WavFormat::Float32,
+    )?)
+}
+
+/// The english case's tiny checkpoint in the hub layout, its reference clip and the vc case's
+/// source clip; the turbo case's checkpoint beside it.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    turbo_dir: PathBuf,
+    ref_wav: PathBuf,
+    source_wav: PathBuf,
+    vc_len: usize,
+}
+
+fn setup() -> R<Setup> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("ckpt");
+    std::fs::create_dir(&dir)?;
+    let t = tensors("english")?;
+    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"))?;
+    write_part(&t, "ve.", &dir.join("ve.safetensors"))?;
+    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"))?;
+    std::fs::copy(
+        fixtures().join("text/assets/en/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )?;
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("pipeline/english.json"),
+    )?)?;
+    std::fs::write(
+        dir.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&fx["config"]["chatterbox"])?,
+    )?;
+    let ref_wav = tmp.path().join("ref.wav");
+    write_wav(&ref_wav, samples(&t, "in.ref_24k")?, 24_000)?;
+    let vc = tensors("vc")?;
+    let source_wav = tmp.path().join("source.wav");
+    write_wav(&source_wav, samples(&vc, "in.source_16k")?, 16_000)?;
+    let vc_len = samples(&vc, "out.wav")?.len();
+
+    // Turbo: its T3 and VoiceEncoder, the english S3Gen plus the meanflow-only tensors.
+    let turbo_dir = tmp.path().join("turbo");
+    std::fs::create_dir(&turbo_dir)?;
+    let tt = tensors("turbo")?;
+    write_part(&tt, "t3.", &turbo_dir.join("t3_turbo_v1.safetensors"))?;
+    write_part(&tt, "ve.", &turbo_dir.join("ve.safetensors"))?;
+    let s3: HashMap<String, Tensor> = t
+        .iter()
+        .chain(tt.iter())
+        .filter(|(k, _)| k.starts_with("s3gen."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    write_part(&s3, "s3gen.", &turbo_dir.join("s3gen_meanflow.safetensors"))?;
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(
+            fixtures().join("text/assets/turbo").join(f),
+            turbo_dir.join(f),
+        )?;
+    }
+    let tfx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("pipeline/turbo.json"),
+    )?)?;
+    std::fs::write(
+        turbo_dir.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&tfx["config"]["chatterbox"])?,
+    )?;
+    Ok(Setup {
+        _tmp: tmp,
+        dir,
+        turbo_dir,
+        ref_wav,
+        source_wav,
+        vc_len,
+    })
+}
+
+fn chatterbox(args: &[&str]) -> R<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .args(args)
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()?)
+}
+
+fn ok(o: &Output) -> R<()> {
+    anyhow::ensure!(
+        o.status.success(),
+        "chatterbox failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(())
+}
+
+fn read(path: &Path) -> R<Vec<f32>> {
+    let a = chatterbox_dsp::audio::load(path)?;
+    anyhow::ensure!(a.sample_rate == 24_000, "sample rate {}", a.sample_rate);
+    anyhow::ensure!(!a.samples.is_empty(), "{} is empty", path.display());
+    anyhow::ensure!(
+        a.samples.iter().all(|v| v.is_finite()),
+        "non-finite samples"
+    );
+    anyhow::ensure!(a.samples.iter().any(|&v| v != 0.0), "all zero");
+    Ok(a.samples)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+#[test]
+fn speak_clones_a_voice_reproducibly_and_reuses_saved_voices() -> R<()> {
+    let s = setup()?;
+    let out = s.dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let (a, b, c) = (out.join("a.wav"), out.join("b.wav"), out.join("c.wav"));
+    let voice = out.join("voice.safetensors");
+    let common = [
+        "--model-dir",
+        p(&s.dir),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "16",
+        "--wav-format",
+        "f32",
+    ];
+    let text = "Hello there. This is a test!";
+
+    let mut args = vec![
+        "speak",
+        text,
+        "--voice",
+        p(&s.ref_wav),
+        "--save-voice",
+        p(&voice),
+    ];
+    args.extend(common);
+    args.extend(["--seed", "1", "-o", p(&a)]);
+    let o = chatterbox(&args)?;
+    ok(&o)?;
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(
+        stderr.contains("Wrote") && stderr.contains("a.wav"),
+        "{stderr}"
+    );
+    let wav_a = read(&a)?;
+    anyhow::ensure!(voice.is_file(), "--save-voice wrote nothing");
+
+    // The saved voice and the same seed give the same audio.
+    let mut args = vec!["speak", text, "--voice-file", p(&voice), "--quiet"];
+    args.extend(common);
+    args.extend(["--seed", "1", "-o", p(&b)]);
+    let o = chatterbox(&args)?;
+    ok(&o)?;
+    anyhow::ensure!(
+        !String::from_utf8_lossy(&o.stderr).contains("Wrote"),
+        "--quiet printed the summary"
+    );
+    anyhow::ensure!(read(&b)? == wav_a, "same voice and seed, different audio");
+
+    // Another seed, other audio.
+    let mut args = vec!["speak", text, "--voice-file", p(&voice)];
+    args.extend(common);
+    args.extend(["--seed", "2", "-o", p(&c)]);
+    ok(&chatterbox(&args)?)?;
+    anyhow::ensure!(read(&c)? != wav_a, "the seed changes nothing");
+    Ok(())
+}
+
+#[test]
+fn vc_converts_the_source_to_the_target_voice() -> R<()> {
+    let s = setup()?;
+    let out = s.source_wav.with_file_name("vc.wav");
+    let config = s.dir.join(chatterbox_pipeline::CONFIG_FILE);
+    let o = chatterbox(&[
+        "vc",
+        p(&s.source_wav),
+        "--target",
+        p(&s.ref_wav),
+        "--model-dir",
+        p(&s.dir),
+        "--config",
+        p(&config),
+        "--device",
+        "cpu",
+        "-o",
+        p(&out),
+    ])?;
+    ok(&o)?;
+    // 0.6 s of source speech: as many samples as the reference's conversion.
+    anyhow::ensure!(
+        read(&out)?.len() == s.vc_len,
+        "{} samples, reference {}",
+        read(&out)?.len(),
+        s.vc_len
+    );
+    Ok(())
+}
+
+#[test]
+fn turbo_needs_a_clip_longer_than_5_s_and_speaks_with_one() -> R<()> {
+    let s = setup()?;
+    let out = s.ref_wav.with_file_name("turbo.wav");
+    let speak = |voice: &Path| {
+        chatterbox(&[
+            "speak",
+            "Hello there. This is a test!",
+            "--model",
+            "turbo",
+            "--model-dir",
+            p(&s.turbo_dir),
+            "--voice",
+            p(voice),
+            "--max-new-tokens",
+            "16",
+            "-o",
+            p(&out),
+        ])
+    };
+
+    // The 1.2 s english reference clip is too short for Turbo.
+    let o = speak(&s.ref_wav)?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(o.status.code() == Some(1), "{err}");
+    anyhow::ensure!(err.contains("ref.wav") && err.contains("5 s"), "{err}");
+    anyhow::ensure!(!out.exists(), "no output on failure");
+
+    // Six repetitions of it are long enough.
+    let clip = chatterbox_dsp::audio::load(&s.ref_wav)?.samples;
+    let long = s.ref_wav.with_file_name("long.wav");
+    write_wav(&long, clip.repeat(6), 24_000)?;
+    ok(&speak(&long)?)?;
+    read(&out)?;
+    Ok(())
+}
+
+#[test]
+fn a_silent_voice_clip_is_refused() -> R<()> {
+    let s = setup()?;
+    let silent = s.ref_wav.with_file_name("silent.wav");
+    write_wav(&silent, vec![0.0; 48_000], 24_000)?;
+    let out = s.ref_wav.with_file_name("x.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hello.",
+        "--model-dir",
+        p(&s.dir),
+        "--voice",
+        p(&silent),
+        "-o",
+        p(&out),
+    ])?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(o.status.code() == Some(1), "{err}");
+    anyhow::ensure!(
+        err.contains("silent.wav") && err.contains("silent"),
+        "{err}"
+    );
+    anyhow::ensure!(!out.exists(), "no output on failure");
+    Ok(())
+}
