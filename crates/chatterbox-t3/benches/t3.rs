@@ -6,14 +6,13 @@
 //! Weights: `CHATTERBOX_T3_WEIGHTS_EN` / `CHATTERBOX_T3_WEIGHTS_TURBO` (safetensors, e.g. the
 //! `--full` parity weights), else random tensors with the real key names and shapes.
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16.
+#[path = "../tests/common/random_weights.rs"]
+mod random_weights;
+
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use chatterbox_t3::{
-    BackboneConfig, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
-};
+use chatterbox_t3::{GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3};
 use chatterbox_testkit::BenchRecord;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
@@ -48,107 +47,11 @@ static ALLOC: Counting = Counting;
 const DECODE_TOKENS: usize = 200;
 const TEXT_TOKENS: usize = 60;
 
-/// `(key, shape)` of every tensor T3 loads for `hp` (the real checkpoint names).
-fn tensor_shapes(hp: &T3Config) -> Vec<(String, Vec<usize>)> {
-    let c = hp.n_channels();
-    let mut v: Vec<(String, Vec<usize>)> = Vec::new();
-    let mut add = |k: String, s: &[usize]| v.push((k, s.to_vec()));
-    match &hp.backbone {
-        BackboneConfig::Llama(l) => {
-            let (hd, i) = (l.num_attention_heads * l.head_dim, l.intermediate_size);
-            for n in 0..l.num_hidden_layers {
-                let p = format!("tfmr.layers.{n}");
-                for w in ["q_proj", "k_proj", "v_proj"] {
-                    add(format!("{p}.self_attn.{w}.weight"), &[hd, c]);
-                }
-                add(format!("{p}.self_attn.o_proj.weight"), &[c, hd]);
-                add(format!("{p}.mlp.gate_proj.weight"), &[i, c]);
-                add(format!("{p}.mlp.up_proj.weight"), &[i, c]);
-                add(format!("{p}.mlp.down_proj.weight"), &[c, i]);
-                add(format!("{p}.input_layernorm.weight"), &[c]);
-                add(format!("{p}.post_attention_layernorm.weight"), &[c]);
-            }
-            add("tfmr.norm.weight".into(), &[c]);
-        }
-        BackboneConfig::Gpt2(g) => {
-            add("tfmr.wpe.weight".into(), &[g.n_positions, c]);
-            for n in 0..g.n_layer {
-                let p = format!("tfmr.h.{n}");
-                for ln in ["ln_1", "ln_2"] {
-                    add(format!("{p}.{ln}.weight"), &[c]);
-                    add(format!("{p}.{ln}.bias"), &[c]);
-                }
-                for (w, i, o) in [
-                    ("attn.c_attn", c, 3 * c),
-                    ("attn.c_proj", c, c),
-                    ("mlp.c_fc", c, 4 * c),
-                    ("mlp.c_proj", 4 * c, c),
-                ] {
-                    add(format!("{p}.{w}.weight"), &[i, o]);
-                    add(format!("{p}.{w}.bias"), &[o]);
-                }
-            }
-            add("tfmr.ln_f.weight".into(), &[c]);
-            add("tfmr.ln_f.bias".into(), &[c]);
-        }
-    }
-    add(
-        "cond_enc.spkr_enc.weight".into(),
-        &[c, hp.speaker_embed_size],
-    );
-    add("cond_enc.spkr_enc.bias".into(), &[c]);
-    if hp.emotion_adv {
-        add("cond_enc.emotion_adv_fc.weight".into(), &[c, 1]);
-    }
-    if hp.use_perceiver_resampler {
-        let p = &hp.perceiver;
-        let d = p.embedding_dim;
-        add(
-            "cond_enc.perceiver.pre_attention_query".into(),
-            &[1, p.pre_attention_query_token, p.pre_attention_query_size],
-        );
-        add("cond_enc.perceiver.attn.norm.weight".into(), &[d]);
-        add("cond_enc.perceiver.attn.norm.bias".into(), &[d]);
-        for w in ["to_q", "to_k", "to_v", "proj_out"] {
-            add(format!("cond_enc.perceiver.attn.{w}.weight"), &[d, d]);
-            add(format!("cond_enc.perceiver.attn.{w}.bias"), &[d]);
-        }
-    }
-    add("text_emb.weight".into(), &[hp.text_tokens_dict_size, c]);
-    add("speech_emb.weight".into(), &[hp.speech_tokens_dict_size, c]);
-    if hp.has_learned_pos_emb() {
-        add("text_pos_emb.emb.weight".into(), &[hp.text_positions(), c]);
-        add(
-            "speech_pos_emb.emb.weight".into(),
-            &[hp.speech_positions(), c],
-        );
-    }
-    add(
-        "speech_head.weight".into(),
-        &[hp.speech_tokens_dict_size, c],
-    );
-    if hp.is_gpt() {
-        add("speech_head.bias".into(), &[hp.speech_tokens_dict_size]);
-    }
-    v
-}
-
 fn load(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow::Result<T3> {
     if let Some(path) = std::env::var_os(env) {
         return Ok(T3::load_with_config(hp, &[path], dtype, dev)?);
     }
-    let mut m = HashMap::new();
-    for (k, s) in tensor_shapes(hp) {
-        let t = if s.len() == 1 && k.ends_with("weight") {
-            Tensor::ones(s, DType::F32, dev)?
-        } else if s.len() == 1 {
-            Tensor::zeros(s, DType::F32, dev)?
-        } else {
-            Tensor::randn(0f32, 0.02, s, dev)?
-        };
-        m.insert(k, t.to_dtype(dtype)?);
-    }
-    Ok(T3::new(hp, VarBuilder::from_tensors(m, dtype, dev))?)
+    Ok(random_weights::random_t3(hp, dtype, dev)?)
 }
 
 fn sync(dev: &Device) -> anyhow::Result<()> {
@@ -196,6 +99,7 @@ fn run_variant<'a>(
     dev: &Device,
 ) -> anyhow::Result<()> {
     let (mut prefill, mut decode, mut growth) = (Vec::new(), Vec::new(), 0isize);
+    let mut graphs = 0;
     for run in 0..=runs {
         let t = Instant::now();
         let mut stream = start()?;
@@ -212,6 +116,7 @@ fn run_variant<'a>(
         }
         sync(dev)?;
         let d = t.elapsed().as_secs_f64() * 1e3 / DECODE_TOKENS as f64;
+        graphs = stream.cuda_graphs_captured();
         if run > 0 {
             // run 0 warms up
             prefill.push(p);
@@ -226,7 +131,9 @@ fn run_variant<'a>(
     );
     bench.push(
         &format!("{name}_decode_per_token"),
-        format!("{DECODE_TOKENS} tokens; heap growth after token 10: {growth} B"),
+        format!(
+            "{DECODE_TOKENS} tokens; heap growth after token 10: {growth} B; CUDA graphs: {graphs}"
+        ),
         &mut decode,
     );
     Ok(())
@@ -289,6 +196,18 @@ fn main() -> anyhow::Result<()> {
             prefix,
             &dev,
         )?;
+        if dev.is_cuda() {
+            // the same decode without graph replay, to show what the graphs buy
+            opts.cuda_graphs = false;
+            run_variant(
+                &mut bench,
+                "en_cfg_eager",
+                runs,
+                || Ok(t3.generate(&cond_emb, &text, &opts)?),
+                prefix,
+                &dev,
+            )?;
+        }
     }
     if only.is_empty() || only == "turbo" {
         let hp = T3Config::turbo();
@@ -318,6 +237,17 @@ fn main() -> anyhow::Result<()> {
             prefix,
             &dev,
         )?;
+        if dev.is_cuda() {
+            opts.cuda_graphs = false;
+            run_variant(
+                &mut bench,
+                "turbo_eager",
+                runs,
+                || Ok(t3.generate_turbo(&cond_emb, &text, &opts)?),
+                prefix,
+                &dev,
+            )?;
+        }
     }
 
     let lines: Vec<String> = bench
