@@ -120,7 +120,9 @@ fn parity() {
 
 /// The error paths need a checkpoint, not full-size weights: the tiny fixture's will do.
 fn tiny_fixture() -> chatterbox_testkit::Result<Fixture> {
-    Fixture::load(&chatterbox_testkit::fixtures_root().join("s3tokenizer/single_speech_2s.json"))
+    Fixture::load(
+        &chatterbox_testkit::committed_fixtures_root().join("s3tokenizer/single_speech_2s.json"),
+    )
 }
 
 #[test]

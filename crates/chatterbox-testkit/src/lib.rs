@@ -15,5 +15,5 @@ pub use array::{Actual, Array};
 pub use bench::{black_box, time_it, BenchRecord, Timing};
 pub use compare::{compare, Check, Tolerance};
 pub use error::{Error, Result};
-pub use fixture::{fixtures_root, Fixture, Meta};
+pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
 pub use suite::{Row, Status, Suite};
