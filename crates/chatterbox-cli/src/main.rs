@@ -41,7 +41,51 @@ fn report(e: &anyhow::Error) -> String {
         }
         previous = text;
     }
+    let download_failed = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<chatterbox_pipeline::PipelineError>(),
+            Some(chatterbox_pipeline::PipelineError::Hub { .. })
+        )
+    });
+    if download_failed {
+        out.push_str(
+            "\n  hint: without access to the Hugging Face hub, put the checkpoint files in a \
+             folder and pass --model-dir DIR",
+        );
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+    use chatterbox_pipeline::PipelineError;
+
+    #[test]
+    fn a_failed_download_points_at_model_dir() {
+        let e = anyhow::Error::new(PipelineError::Hub {
+            repo: "ResembleAI/chatterbox".into(),
+            file: "ve.safetensors".into(),
+            reason: "connection refused".into(),
+        })
+        .context("cannot load the english model");
+        let text = report(&e);
+        assert_eq!(
+            text.lines().next(),
+            Some("error: cannot load the english model")
+        );
+        assert!(text.contains("caused by: hub download of ResembleAI/chatterbox/ve.safetensors"));
+        assert!(text.ends_with("pass --model-dir DIR"), "{text}");
+    }
+
+    #[test]
+    fn other_errors_get_no_download_hint() {
+        let e = anyhow::anyhow!("cannot read voice.wav").context("cannot load the voice");
+        assert_eq!(
+            report(&e),
+            "error: cannot load the voice\n  caused by: cannot read voice.wav"
+        );
+    }
 }
 
 /// `RUST_LOG=info` (or `debug`, `chatterbox_t3=trace`) shows the pipeline's tracing logs on
