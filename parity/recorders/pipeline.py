@@ -21,6 +21,8 @@ fixture budget), except deterministic buffers (mel filters, windows) kept in flo
 
 * `full_multilingual` (only with `--full`: a tiny multilingual checkpoint does not fit the
   fixture budget): `ChatterboxMultilingualTTS` with language "fr", from ve.pt / s3gen.pt.
+* `full_nano` (only with `--full`): the Turbo case with Nano's GPT-2 small T3
+  (`t3_nano_v1.safetensors`), checked through `ChatterboxTurboTts::from_dir(dir, nano = true)`.
 
 With `--full` the same english/turbo/vc cases run on full-size random checkpoints written to
 /tmp/chatterbox-e2e/<variant> (never committed); the fixtures `full_*` hold only the inputs,
@@ -194,7 +196,10 @@ def record(rec):
     sizes = ["tiny"] + (["full"] if rec.full else [])
     for size in sizes:
         pre = "" if size == "tiny" else "full_"
-        if any(rec.want(c, pre + k, k) for k in ("english", "vc", "turbo")):
+        cases = [("english", "english"), ("vc", "vc"), ("turbo", "turbo")]
+        if size == "full":
+            cases.append(("nano", "turbo"))
+        if any(rec.want(c, pre + name, kind) for name, kind in cases):
             _cases(rec, c, size, pre)
         if size == "full" and rec.want(c, "full_multilingual", "multilingual"):
             _multilingual(rec, c)
@@ -300,10 +305,17 @@ def _cases(rec, c, size, pre):
                  {"mel": rel_tol(MEL_RTOL), "wav": rel_tol(WAV_RTOL)},
                  config=dict(variant="vc", weights_case=pre + "english", checkpoint_dir=ckpt))
 
-    # ---------------------------------------------------------------- turbo
-    if rec.want(c, pre + "turbo", "turbo"):
+    # ---------------------------------------------------------------- turbo / nano
+    # Nano (GPT-2 small) only at full size: its tiny build would be the tiny Turbo case again.
+    for variant in ["turbo"] + (["nano"] if size == "full" else []):
+        _turbo_case(rec, c, size, pre, variant, s3_state)
+
+
+def _turbo_case(rec, c, size, pre, variant, s3_state):
+    """ChatterboxTurboTTS (`variant` turbo or nano) end to end."""
+    if rec.want(c, pre + variant, "turbo"):
         torch.manual_seed(rec.seed)
-        tu, tu_cfg = checkpoints.build_models("turbo", size, rec.seed)
+        tu, tu_cfg = checkpoints.build_models(variant, size, rec.seed)
         # S3Gen: the english weights, plus the meanflow-only tensors of the turbo build.
         own = tu.s3gen.state_dict()
         shared = {k: v for k, v in s3_state.items() if k in own and own[k].shape == v.shape}
@@ -316,8 +328,8 @@ def _cases(rec, c, size, pre):
                        **stored("s3gen.", tu.s3gen, keys=set(extra))}
             tckpt = None
         else:
-            tckpt = os.path.join(FULL_DIR, "turbo")
-            checkpoints.write_checkpoint(tu, None, "turbo", tckpt, rec.seed, conds=False)
+            tckpt = os.path.join(FULL_DIR, variant)
+            checkpoints.write_checkpoint(tu, None, variant, tckpt, rec.seed, conds=False)
             weights = None
         long_clip = checkpoints.reference_clip(5.52, rec.seed + 4)  # mel frames = 2 x tokens
         with patched(turbo_module.librosa, "load", lambda p, sr: (long_clip.copy(), sr)), torch.inference_mode():
@@ -326,7 +338,7 @@ def _cases(rec, c, size, pre):
         tokens, mel, wav, draws = run_generate(tu, True)
         outputs = dict(raw_tokens=tokens, mel=mel, wav=wav)
         tol = {"raw_tokens": TOKENS, "mel": rel_tol(MEL_RTOL), "wav": rel_tol(WAV_RTOL)}
-        config = dict(variant="turbo", text=TEXT, max_new_tokens=N_TOKENS, chatterbox=tu_cfg,
+        config = dict(variant=variant, text=TEXT, max_new_tokens=N_TOKENS, chatterbox=tu_cfg,
                       weights_case=pre + "english", s3gen_extra=extra, checkpoint_dir=tckpt)
-        rec.case(c, pre + "turbo", "turbo", dict(**conds, **draws), outputs, tol, config=config,
+        rec.case(c, pre + variant, "turbo", dict(**conds, **draws), outputs, tol, config=config,
                  state_dict=weights)

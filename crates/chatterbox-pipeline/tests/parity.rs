@@ -355,13 +355,14 @@ fn tiny_turbo(fx: &Fixture, t: &HashMap<String, Tensor>) -> R<(ChatterboxTurboTt
     Ok((tts, dir))
 }
 
-/// Turbo's `generate` from the recorded conditionals.
+/// Turbo's (or, at full size, Nano's) `generate` from the recorded conditionals.
 fn turbo(fx: &Fixture) -> Outputs {
     let dev = Device::Cpu;
     let t = tensors(fx)?;
+    let nano = fx.config_or::<String>("variant", "turbo".into())? == "nano";
     let (mut tts, dir) = match checkpoint_dir(fx)? {
         Some(dir) => (
-            ChatterboxTurboTts::from_dir(&dir, false, &dev, DType::F32).map_err(e)?,
+            ChatterboxTurboTts::from_dir(&dir, nano, &dev, DType::F32).map_err(e)?,
             None,
         ),
         None => {
