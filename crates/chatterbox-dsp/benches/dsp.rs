@@ -7,7 +7,6 @@ use chatterbox_dsp::features::{
 };
 use chatterbox_dsp::resample::{resample, SincResampler};
 use chatterbox_testkit::{black_box, time_it, BenchRecord};
-use std::io::Write;
 
 /// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise).
 fn signal(sr: u32, secs: f64) -> Vec<f32> {
@@ -107,21 +106,6 @@ fn main() -> anyhow::Result<()> {
         }),
     );
 
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

@@ -8,7 +8,6 @@
 use chatterbox_kakasi::{Kakasi, KakasiDict};
 use chatterbox_testkit::{black_box, time_it, BenchRecord};
 use chatterbox_text::{punc_norm, Language, MTLTokenizer, Variant};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -96,21 +95,6 @@ fn main() -> anyhow::Result<()> {
         }),
     );
 
-    let out: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &out {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => out.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

@@ -17,7 +17,6 @@ use chatterbox_pipeline::{ChatterboxTts, S3GenOptions, SeededDraws, S3GEN_SR, S3
 use chatterbox_speaker::EmbedOptions;
 use chatterbox_t3::Sampling;
 use chatterbox_testkit::{BenchRecord, Timing};
-use std::io::Write;
 use std::time::Instant;
 
 /// A deterministic speech-like clip (gliding harmonics under a moving envelope).
@@ -44,12 +43,7 @@ struct Bench {
 
 impl Bench {
     fn push(&mut self, stage: &str, shape: String, times: &mut [f64]) {
-        times.sort_by(f64::total_cmp);
-        let timing = Timing {
-            median_ms: times[times.len() / 2],
-            min_ms: times[0],
-            iters: times.len(),
-        };
+        let timing = Timing::from_samples(times);
         eprintln!(
             "{stage:<16} {:>10.2} (median of {})  {shape}",
             timing.median_ms, timing.iters
@@ -206,17 +200,6 @@ fn main() -> anyhow::Result<()> {
     for ((name, mut v), shape) in names.iter().zip(times).zip(shapes) {
         bench.push(name, shape, &mut v);
     }
-    let mut out: Box<dyn Write> = match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(p) => Box::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)?,
-        ),
-        None => Box::new(std::io::stdout()),
-    };
-    for r in &bench.records {
-        writeln!(out, "{}", serde_json::to_string(r)?)?;
-    }
+    chatterbox_testkit::emit_records(&bench.records)?;
     Ok(())
 }

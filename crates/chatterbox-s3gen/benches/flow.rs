@@ -22,7 +22,6 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt};
 use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
-use std::io::Write;
 
 const N_PROMPT: usize = 250;
 
@@ -216,21 +215,6 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

@@ -13,7 +13,6 @@ use candle_nn::VarBuilder;
 use chatterbox_s3gen::tokenizer::{ModelConfig, S3Tokenizer, FSMN_KERNEL, FSQ_DIM};
 use chatterbox_testkit::{black_box, time_it, BenchRecord};
 use std::collections::HashMap;
-use std::io::Write;
 
 /// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise).
 fn signal(sr: u32, secs: f64) -> Vec<f32> {
@@ -180,21 +179,6 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

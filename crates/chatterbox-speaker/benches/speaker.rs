@@ -10,7 +10,6 @@ use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
 use chatterbox_speaker::{CAMPPlus, CAMPPlusConfig, EmbedOptions, VoiceEncConfig, VoiceEncoder};
 use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
-use std::io::Write;
 use std::sync::Mutex;
 
 /// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise):
@@ -182,21 +181,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

@@ -13,7 +13,6 @@ use candle_core::{DType, Device, Tensor};
 use chatterbox_t3::{GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3};
 use chatterbox_testkit::BenchRecord;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::Write;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
@@ -67,12 +66,7 @@ struct Bench {
 
 impl Bench {
     fn push(&mut self, stage: &str, shape: String, times_ms: &mut [f64]) {
-        times_ms.sort_by(f64::total_cmp);
-        let timing = chatterbox_testkit::Timing {
-            median_ms: times_ms[times_ms.len() / 2],
-            min_ms: times_ms[0],
-            iters: times_ms.len(),
-        };
+        let timing = chatterbox_testkit::Timing::from_samples(times_ms);
         eprintln!(
             "{stage:<28} {:>9.2} ms (median of {})  {shape}",
             timing.median_ms, timing.iters
@@ -250,22 +244,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    let lines: Vec<String> = bench
-        .records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&bench.records)?;
     Ok(())
 }

@@ -32,12 +32,41 @@ pub fn time_it(warmup: usize, min_iters: usize, min_secs: f64, mut f: impl FnMut
             break;
         }
     }
-    times.sort_by(f64::total_cmp);
-    Timing {
-        median_ms: times[times.len() / 2],
-        min_ms: times[0],
-        iters: times.len(),
+    Timing::from_samples(&mut times)
+}
+
+impl Timing {
+    /// Median, minimum and count of `times_ms` (sorted in place); all NaN and 0 for none.
+    pub fn from_samples(times_ms: &mut [f64]) -> Timing {
+        times_ms.sort_by(f64::total_cmp);
+        Timing {
+            median_ms: times_ms
+                .get(times_ms.len() / 2)
+                .copied()
+                .unwrap_or(f64::NAN),
+            min_ms: times_ms.first().copied().unwrap_or(f64::NAN),
+            iters: times_ms.len(),
+        }
     }
+}
+
+/// Writes `records` as JSON lines where `cargo xtask bench` reads them: appended to the file
+/// `$CHATTERBOX_BENCH_OUT`, else to standard output.
+pub fn emit_records(records: &[BenchRecord]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out: Box<dyn Write> = match std::env::var_os("CHATTERBOX_BENCH_OUT") {
+        Some(path) => Box::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    for r in records {
+        writeln!(out, "{}", serde_json::to_string(r)?)?;
+    }
+    out.flush()
 }
 
 /// One measured stage, as written by the Rust benches and the Python reference script.
@@ -59,4 +88,19 @@ pub struct BenchRecord {
     /// Free-form shape description (`37.7 s @ 44.1 kHz`).
     #[serde(default)]
     pub shape: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timing;
+
+    #[test]
+    fn timing_from_samples_is_median_min_and_count() {
+        let t = Timing::from_samples(&mut [5.0, 1.0, 3.0, 9.0]);
+        assert_eq!((t.median_ms, t.min_ms, t.iters), (5.0, 1.0, 4));
+        let t = Timing::from_samples(&mut [2.0, 7.0, 4.0]);
+        assert_eq!((t.median_ms, t.min_ms, t.iters), (4.0, 2.0, 3));
+        let t = Timing::from_samples(&mut []);
+        assert!(t.median_ms.is_nan() && t.min_ms.is_nan() && t.iters == 0);
+    }
 }

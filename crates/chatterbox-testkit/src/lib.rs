@@ -12,7 +12,7 @@ mod fixture;
 mod suite;
 
 pub use array::{Actual, Array};
-pub use bench::{black_box, time_it, BenchRecord, Timing};
+pub use bench::{black_box, emit_records, time_it, BenchRecord, Timing};
 pub use compare::{compare, Check, Tolerance};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};

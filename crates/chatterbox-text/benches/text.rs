@@ -8,7 +8,6 @@ use chatterbox_testkit::{black_box, time_it, BenchRecord};
 use chatterbox_text::{
     punc_norm, EnTokenizer, Language, MTLTokenizer, SentenceChunker, TurboTokenizer, Variant,
 };
-use std::io::Write;
 use std::path::Path;
 
 #[derive(serde::Deserialize)]
@@ -106,21 +105,6 @@ fn main() -> anyhow::Result<()> {
         }),
     );
 
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }

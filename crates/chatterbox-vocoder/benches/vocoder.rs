@@ -14,7 +14,6 @@ use candle_nn::{VarBuilder, VarMap};
 use chatterbox_testkit::{black_box, time_it, BenchRecord};
 use chatterbox_vocoder::{HiFTConfig, HiFTGenerator, SineDraws};
 use rand::SeedableRng;
-use std::io::Write;
 
 fn device() -> anyhow::Result<(Device, &'static str)> {
     match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
@@ -171,21 +170,6 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let lines: Vec<String> = records
-        .iter()
-        .map(serde_json::to_string)
-        .collect::<Result<_, _>>()?;
-    match std::env::var_os("CHATTERBOX_BENCH_OUT") {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            for l in &lines {
-                writeln!(f, "{l}")?;
-            }
-        }
-        None => lines.iter().for_each(|l| println!("{l}")),
-    }
+    chatterbox_testkit::emit_records(&records)?;
     Ok(())
 }
