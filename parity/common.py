@@ -5,6 +5,7 @@ as `in.<name>`, expected outputs as `out.<name>` and, where a module has weights
 under the real key names; plus `<case>.json` with component, case, kind, seed, config, tolerances
 and the versions of what recorded it.
 """
+import contextlib
 import json
 import os
 import platform
@@ -132,3 +133,15 @@ def noise(n, seed=0, scale=0.3):
     """White Gaussian noise, float32."""
     rng = np.random.default_rng(seed)
     return (scale * rng.standard_normal(n)).astype(np.float32)
+
+
+@contextlib.contextmanager
+def patched(obj, name, value):
+    """Sets `obj.name = value` for the duration of a `with` block (e.g. a recorder's argmax in
+    place of `torch.multinomial`, or a fixed clip in place of `librosa.load`)."""
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)

@@ -28,10 +28,8 @@ With `--full` the same english/turbo/vc cases run on full-size random checkpoint
 /tmp/chatterbox-e2e/<variant> (never committed); the fixtures `full_*` hold only the inputs,
 draws and outputs and name that directory (the Rust checks are `#[ignore]`).
 """
-import contextlib
 import os
 
-import numpy as np
 import torch
 
 import checkpoints
@@ -39,7 +37,7 @@ from chatterbox import tts as tts_module
 from chatterbox import tts_turbo as turbo_module
 from chatterbox import vc as vc_module
 from chatterbox.models.s3gen import hifigan
-from common import abs_tol, exact, rel_tol
+from common import abs_tol, exact, patched, rel_tol
 
 COMPONENT = "pipeline"
 
@@ -85,16 +83,6 @@ def stored(prefix, module, keys=None):
             v = v.half()
         out[prefix + k] = v.contiguous()
     return out
-
-
-@contextlib.contextmanager
-def patched(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
 
 
 def argmax_multinomial(probs, num_samples=1, **_):

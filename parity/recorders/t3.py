@@ -13,7 +13,6 @@ Tiny configurations (../shared/reference/tiny_configs.py) with `perturb_`; unuse
 `--full` records full-size English and Turbo models with random weights, saved once to
 $CHATTERBOX_T3_FULL_DIR (default /tmp/chatterbox-t3-full) and referenced from the case config.
 """
-import contextlib
 import copy
 import os
 
@@ -34,7 +33,7 @@ from transformers.generation.logits_process import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
-from common import exact, rel_tol
+from common import exact, patched, rel_tol
 
 COMPONENT = "t3"
 
@@ -139,16 +138,6 @@ def forced_tokens(n, seed):
     g = torch.Generator().manual_seed(seed)
     pool = torch.randint(0, 6561, (8,), generator=g)
     return pool[torch.randint(0, 8, (n,), generator=g)]
-
-
-@contextlib.contextmanager
-def patched(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
 
 
 def forced_multinomial(tokens):
