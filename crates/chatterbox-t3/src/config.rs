@@ -396,7 +396,7 @@ impl T3Config {
         }
         if self.use_perceiver_resampler {
             let p = &self.perceiver;
-            if p.num_attn_heads == 0 || p.embedding_dim % p.num_attn_heads != 0 {
+            if p.num_attn_heads == 0 || !p.embedding_dim.is_multiple_of(p.num_attn_heads) {
                 return bad(format!(
                     "perceiver width {} not divisible by {} heads",
                     p.embedding_dim, p.num_attn_heads

@@ -18,7 +18,7 @@ pub fn korean_normalize(text: &str) -> String {
             for code in [initial, medial] {
                 out.extend(char::from_u32(code));
             }
-            if base % 28 > 0 {
+            if !base.is_multiple_of(28) {
                 out.extend(char::from_u32(0x11A7 + base % 28));
             }
         } else {

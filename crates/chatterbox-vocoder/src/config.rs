@@ -152,7 +152,7 @@ impl HiFTConfig {
         {
             return bad("resblock_kernel_sizes and resblock_dilation_sizes must be non-empty and of equal length".into());
         }
-        if self.base_channels % (1 << n) != 0 || self.base_channels >> n == 0 {
+        if !self.base_channels.is_multiple_of(1 << n) || self.base_channels >> n == 0 {
             return bad(format!(
                 "base_channels {} must be divisible by 2^{n}",
                 self.base_channels

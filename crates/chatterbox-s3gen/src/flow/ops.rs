@@ -149,7 +149,7 @@ pub(crate) fn softmax_with_bias_inplace(scores: Tensor, bias: Option<&Tensor>) -
                 let rows = scores.elem_count() / dims.last().copied().unwrap_or(1).max(1);
                 let groups = b.elem_count() / dims.last().copied().unwrap_or(1).max(1);
                 if groups > 0
-                    && rows % groups == 0
+                    && rows.is_multiple_of(groups)
                     && b.dim(candle_core::D::Minus1)? == dims[dims.len() - 1]
                 {
                     scores.inplace_op2(b, &Softmax { per: rows / groups })?;

@@ -63,7 +63,7 @@ impl ModelConfig {
         if self.n_mels == 0 || self.n_audio_state == 0 || self.n_audio_head == 0 {
             return bad(format!("sizes must be positive: {self:?}"));
         }
-        if self.n_audio_state % self.n_audio_head != 0 || self.head_dim() != HEAD_DIM {
+        if !self.n_audio_state.is_multiple_of(self.n_audio_head) || self.head_dim() != HEAD_DIM {
             return bad(format!(
                 "n_audio_state / n_audio_head must be {HEAD_DIM} (the rotary table's width), got \
                  {} / {}",

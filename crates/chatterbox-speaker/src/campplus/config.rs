@@ -67,7 +67,7 @@ impl CAMPPlusConfig {
         if self.output_level != "segment" {
             return bad("output_level", "only \"segment\" is implemented");
         }
-        if self.feat_dim == 0 || self.feat_dim % 8 != 0 {
+        if self.feat_dim == 0 || !self.feat_dim.is_multiple_of(8) {
             return bad("feat_dim", "must be a positive multiple of 8");
         }
         let bn = self.bn_size * self.growth_rate;

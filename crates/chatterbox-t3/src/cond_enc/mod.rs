@@ -89,7 +89,7 @@ impl T3CondEnc {
     /// (`speech_emb(tokens)`, plus learned positions for Llama models), or `None`.
     pub fn forward(&self, cond: &T3Cond, prompt_emb: Option<&Tensor>) -> Result<Tensor> {
         let spk = &cond.speaker_emb;
-        if spk.elem_count() == 0 || spk.elem_count() % self.speaker_embed_size != 0 {
+        if spk.elem_count() == 0 || !spk.elem_count().is_multiple_of(self.speaker_embed_size) {
             return Err(T3Error::InvalidInput {
                 what: "speaker_emb",
                 reason: format!(

@@ -162,7 +162,7 @@ impl WinogradConv {
         k: usize,
         dilation: usize,
     ) -> Option<Self> {
-        if k < 3 || k % 2 == 0 || dilation == 0 {
+        if k < 3 || k.is_multiple_of(2) || dilation == 0 {
             return None;
         }
         let r = if k <= TILE { k } else { TILE };

@@ -25,7 +25,7 @@ pub(crate) struct RelPositionMultiHeadedAttention {
 
 impl RelPositionMultiHeadedAttention {
     pub(crate) fn new(n_head: usize, n_feat: usize, vb: VarBuilder) -> Result<Self> {
-        if n_head == 0 || n_feat % n_head != 0 {
+        if n_head == 0 || !n_feat.is_multiple_of(n_head) {
             candle_core::bail!("attention width {n_feat} is not a multiple of {n_head} heads");
         }
         let d_k = n_feat / n_head;
