@@ -1,7 +1,7 @@
 //! Plain-Rust CPU kernels for the hot loops of both encoders, used when a model runs on the CPU
 //! in f32 (candle's CPU backend runs element-wise ops one at a time, single-threaded, and its
 //! 2-D convolution is a direct loop). Every kernel has a portable version and, on x86-64, an
-//! AVX2+FMA version picked at run time.
+//! AVX2+FMA version picked at run time (the packed GEMM also an AVX-512 one).
 mod activation;
 mod packed;
 
@@ -19,6 +19,14 @@ pub(crate) fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+/// Whether the AVX-512F micro-kernel of the packed GEMM can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512f() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
 }
 
 /// `a * b + c`, fused when the kernel is compiled with FMA (otherwise `mul_add` would be a

@@ -7,6 +7,8 @@
 //! panels of 16 columns (`k x 16` each), so the micro-kernel streams it sequentially; each call
 //! of the micro-kernel keeps up to 6 rows x 16 columns of accumulators in registers.
 use super::has_avx2_fma;
+#[cfg(target_arch = "x86_64")]
+use super::has_avx512f;
 
 /// Columns per panel (two AVX registers).
 pub(crate) const NR: usize = 16;
@@ -147,6 +149,50 @@ unsafe fn micro_avx2<const R: usize, const P: usize>(
     }
 }
 
+/// The AVX-512 micro-kernel: one 16-lane register per panel, so `R * P` accumulators (at most
+/// 24 of the 32 registers) plus the `P` panel values.
+///
+/// # Safety
+/// The CPU must support AVX-512F; the operands as for [`micro_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)] // register-blocked accumulators, indexed on purpose
+unsafe fn micro_avx512<const R: usize, const P: usize>(
+    segs: &[Seg<R>],
+    b: &PackedB,
+    p0: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let cp = c.as_mut_ptr();
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    for r in 0..R {
+        for q in 0..P {
+            acc[r][q] = _mm512_loadu_ps(cp.add(r * ldc + q * NR));
+        }
+    }
+    for seg in segs {
+        let ap: [*const f32; R] = std::array::from_fn(|r| seg.a[r].as_ptr());
+        let bp: [*const f32; P] =
+            std::array::from_fn(|q| b.panels.as_ptr().add(((p0 + q) * b.k + seg.koff) * NR));
+        for i in 0..seg.len {
+            let w: [__m512; P] = std::array::from_fn(|q| _mm512_loadu_ps(bp[q].add(i * NR)));
+            for r in 0..R {
+                let av = _mm512_set1_ps(*ap[r].add(i));
+                for q in 0..P {
+                    acc[r][q] = _mm512_fmadd_ps(av, w[q], acc[r][q]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for q in 0..P {
+            _mm512_storeu_ps(cp.add(r * ldc + q * NR), acc[r][q]);
+        }
+    }
+}
+
 /// One micro-kernel call, dispatched. Panics if an operand is too short (a caller bug).
 #[inline]
 fn micro<const R: usize, const P: usize>(
@@ -166,6 +212,13 @@ fn micro<const R: usize, const P: usize>(
         "micro-kernel: operands too short"
     );
     #[cfg(target_arch = "x86_64")]
+    if has_avx512f() {
+        // SAFETY: AVX-512F is available (checked at run time) and the operand sizes were
+        // checked just above.
+        unsafe { micro_avx512::<R, P>(segs, b, p0, c, ldc) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: AVX2 and FMA are available (checked at run time) and the operand sizes were
         // checked just above.
@@ -173,6 +226,14 @@ fn micro<const R: usize, const P: usize>(
         return;
     }
     micro_generic::<R, P>(segs, b, p0, c, ldc);
+}
+
+/// Whether the micro-kernel runs on 16-lane registers (AVX-512).
+fn wide_registers() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return has_avx512f();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The pieces of one k-block: `(chunk, offset in the chunk, len)`.
@@ -279,7 +340,22 @@ pub(crate) fn gemm_rows<'a>(
             let subs: Vec<Vec<Seg<6>>> = (0..full)
                 .map(|j| segs::<6>(rb + j * MR, pieces, chunk_len, &row))
                 .collect();
-            for p in 0..np {
+            // With AVX-512 a panel is one register: two panels per call keep 12 independent
+            // accumulators in flight (the AVX2 kernel gets 12 from one panel).
+            let step = if wide_registers() { 2 } else { 1 };
+            let mut p = 0;
+            while p + step <= np {
+                for (j, s) in subs.iter().enumerate() {
+                    let c = &mut c[j * MR * ldc + p * NR..];
+                    if step == 2 {
+                        micro::<6, 2>(s, b, p, c, ldc);
+                    } else {
+                        micro::<6, 1>(s, b, p, c, ldc);
+                    }
+                }
+                p += step;
+            }
+            if p < np {
                 for (j, s) in subs.iter().enumerate() {
                     micro::<6, 1>(s, b, p, &mut c[j * MR * ldc + p * NR..], ldc);
                 }
