@@ -5,7 +5,8 @@
 //!
 //! Weights: `CHATTERBOX_T3_WEIGHTS_EN` / `CHATTERBOX_T3_WEIGHTS_TURBO` (safetensors, e.g. the
 //! `--full` parity weights), else random tensors with the real key names and shapes.
-//! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16.
+//! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16, with CUDA
+//! graphs and then eagerly; `CHATTERBOX_T3_BENCH_GRAPHS=0` runs eagerly only (for a profiler).
 #[path = "../tests/common/random_weights.rs"]
 mod random_weights;
 
@@ -152,6 +153,7 @@ fn main() -> anyhow::Result<()> {
         threads,
     };
     let only = std::env::var("CHATTERBOX_T3_BENCH_ONLY").unwrap_or_default();
+    let graphs = dev.is_cuda() && std::env::var("CHATTERBOX_T3_BENCH_GRAPHS").as_deref() != Ok("0");
 
     if only.is_empty() || only == "en" {
         let hp = T3Config::english_only();
@@ -181,6 +183,7 @@ fn main() -> anyhow::Result<()> {
         opts.max_new_tokens = DECODE_TOKENS + 1;
         opts.stop_on_eos = false;
         opts.sampling = Sampling::Seeded(0);
+        opts.cuda_graphs = graphs;
         let prefix = cond_emb.dim(1)? + text.len() + 2;
         run_variant(
             &mut bench,
@@ -190,7 +193,7 @@ fn main() -> anyhow::Result<()> {
             prefix,
             &dev,
         )?;
-        if dev.is_cuda() {
+        if graphs {
             // the same decode without graph replay, to show what the graphs buy
             opts.cuda_graphs = false;
             run_variant(
@@ -222,6 +225,7 @@ fn main() -> anyhow::Result<()> {
         opts.max_gen_len = DECODE_TOKENS;
         opts.stop_on_eos = false;
         opts.sampling = Sampling::Seeded(0);
+        opts.cuda_graphs = graphs;
         let prefix = cond_emb.dim(1)? + text.len() + 1;
         run_variant(
             &mut bench,
@@ -231,7 +235,7 @@ fn main() -> anyhow::Result<()> {
             prefix,
             &dev,
         )?;
-        if dev.is_cuda() {
+        if graphs {
             opts.cuda_graphs = false;
             run_variant(
                 &mut bench,

@@ -318,6 +318,10 @@ impl<'a> TokenStream<'a> {
             Some(prev) => self.run_step_and_select(prev)?,
             None => self.select()?,
         }
+        if self.sampler.is_random() && self.drawn + 1 < self.max_tokens {
+            // the next draw's noise, on the host while the device runs this step
+            self.sampler.prefetch();
+        }
         let Some(token) = self.step.read_token()? else {
             self.finished = true;
             if self.turbo && self.drawn > 0 {

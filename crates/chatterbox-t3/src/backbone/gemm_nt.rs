@@ -1,11 +1,18 @@
 //! A CPU kernel for `x · Wᵀ` with many rows of `x` (prefill), both operands row-major along
 //! the shared dimension: each output is a dot product, computed in 4 x 3 register blocks
-//! (AVX2/FMA) over cache-sized panels of the weights, in parallel over weight rows.
+//! (AVX-512 where the CPU has it, else AVX2/FMA) over cache-sized panels of the weights, in
+//! parallel over weight rows.
 //!
-//! candle's CPU matmul reaches about half of this on the prefill shapes of T3 (and does not
-//! scale to the second core on the dev box); numerically it is the same sum in another order.
+//! Numerically it is the same sum as candle's matmul in another order.
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
+
+/// Most rows of `x` this kernel takes: it re-reads each weight panel from L2 for every 4 rows,
+/// so past a few hundred rows candle's packed GEMM (AVX-512 with the workspace's `gemm`
+/// features) is faster. Measured on the 2-core AVX-512 dev box, T3 prefill, 2 threads: English
+/// (at most 128 rows per call) 1294 ms here against 1443 ms with candle; Turbo (437 rows)
+/// 2580 ms against 1751 ms.
+pub(crate) const MAX_ROWS: usize = 256;
 
 /// Weight rows per parallel task.
 const NB: usize = 48;
@@ -70,9 +77,14 @@ fn gemm_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
             let rows = wb.len() / k;
             let mut c = vec![0f32; m * rows];
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `available()` checked the features; slices bound every access.
+            // SAFETY: `available()` checked AVX2/FMA and `has_avx512f()` AVX-512F; slices
+            // bound every access.
             unsafe {
-                avx2::panel(x, m, k, wb, rows, &mut c)
+                if has_avx512f() {
+                    avx512::panel(x, m, k, wb, rows, &mut c)
+                } else {
+                    avx2::panel(x, m, k, wb, rows, &mut c)
+                }
             };
             (t * NB, c)
         })
@@ -87,135 +99,171 @@ fn gemm_nt(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
     out
 }
 
+/// The panel kernel for one instruction set: `$width` f32 lanes per register.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::KC;
-    use std::arch::x86_64::*;
+macro_rules! simd_panel {
+    ($mod:ident, $feat:literal, $vec:ty, $width:literal, $zero:ident, $load:ident, $fma:ident,
+     $hsum:expr) => {
+        mod $mod {
+            use super::KC;
+            use std::arch::x86_64::*;
 
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
+            /// `c[r * cs + j] (+)= x[r, ..kc] · w[j, ..kc]` for an `MR x NR` block.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)] // a micro-kernel: pointers, strides, a length
+            unsafe fn micro<const MR: usize, const NR: usize>(
+                x: *const f32,
+                xs: usize,
+                w: *const f32,
+                ws: usize,
+                kc: usize,
+                c: *mut f32,
+                cs: usize,
+                accumulate: bool,
+            ) {
+                let mut acc: [[$vec; NR]; MR] = [[$zero(); NR]; MR];
+                let body = kc / $width * $width;
+                let mut i = 0;
+                while i < body {
+                    let mut wv: [$vec; NR] = [$zero(); NR];
+                    for (j, v) in wv.iter_mut().enumerate() {
+                        *v = $load(w.add(j * ws + i));
+                    }
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let xv = $load(x.add(r * xs + i));
+                        for j in 0..NR {
+                            a[j] = $fma(xv, wv[j], a[j]);
+                        }
+                    }
+                    i += $width;
+                }
+                let hsum = $hsum;
+                for (r, a) in acc.iter().enumerate() {
+                    for (j, v) in a.iter().enumerate() {
+                        let mut s = hsum(*v);
+                        for t in body..kc {
+                            s += *x.add(r * xs + t) * *w.add(j * ws + t);
+                        }
+                        let p = c.add(r * cs + j);
+                        *p = if accumulate { *p + s } else { s };
+                    }
+                }
+            }
+
+            /// Dispatches the edge blocks (fewer than 4 rows of x or 3 rows of w).
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn block(
+                mr: usize,
+                nr: usize,
+                x: *const f32,
+                xs: usize,
+                w: *const f32,
+                ws: usize,
+                kc: usize,
+                c: *mut f32,
+                cs: usize,
+                acc: bool,
+            ) {
+                macro_rules! go {
+                    ($m:literal, $n:literal) => {
+                        micro::<$m, $n>(x, xs, w, ws, kc, c, cs, acc)
+                    };
+                }
+                match (mr, nr) {
+                    (4, 3) => go!(4, 3),
+                    (4, 2) => go!(4, 2),
+                    (4, 1) => go!(4, 1),
+                    (3, 3) => go!(3, 3),
+                    (3, 2) => go!(3, 2),
+                    (3, 1) => go!(3, 1),
+                    (2, 3) => go!(2, 3),
+                    (2, 2) => go!(2, 2),
+                    (2, 1) => go!(2, 1),
+                    (1, 3) => go!(1, 3),
+                    (1, 2) => go!(1, 2),
+                    _ => go!(1, 1),
+                }
+            }
+
+            /// `c [m, rows] = x [m, k] · w [rows, k]ᵀ`.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn panel(
+                x: &[f32],
+                m: usize,
+                k: usize,
+                w: &[f32],
+                rows: usize,
+                c: &mut [f32],
+            ) {
+                debug_assert!(x.len() >= m * k && w.len() >= rows * k && c.len() >= m * rows);
+                let (xp, wp, cp) = (x.as_ptr(), w.as_ptr(), c.as_mut_ptr());
+                let mut k0 = 0;
+                while k0 < k {
+                    let kc = KC.min(k - k0);
+                    let mut i = 0;
+                    while i < m {
+                        let mr = 4.min(m - i);
+                        let mut j = 0;
+                        while j < rows {
+                            let nr = 3.min(rows - j);
+                            block(
+                                mr,
+                                nr,
+                                xp.add(i * k + k0),
+                                k,
+                                wp.add(j * k + k0),
+                                k,
+                                kc,
+                                cp.add(i * rows + j),
+                                rows,
+                                k0 > 0,
+                            );
+                            j += nr;
+                        }
+                        i += mr;
+                    }
+                    k0 += kc;
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+simd_panel!(
+    avx2,
+    "avx2,fma",
+    __m256,
+    8,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    |v: __m256| {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
     }
+);
 
-    /// `c[r * cs + j] (+)= x[r, ..kc] · w[j, ..kc]` for an `MR x NR` block.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)] // a micro-kernel: pointers, strides and a length
-    unsafe fn micro<const MR: usize, const NR: usize>(
-        x: *const f32,
-        xs: usize,
-        w: *const f32,
-        ws: usize,
-        kc: usize,
-        c: *mut f32,
-        cs: usize,
-        accumulate: bool,
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-        let body = kc / 8 * 8;
-        let mut i = 0;
-        while i < body {
-            let mut wv = [_mm256_setzero_ps(); NR];
-            for (j, v) in wv.iter_mut().enumerate() {
-                *v = _mm256_loadu_ps(w.add(j * ws + i));
-            }
-            for (r, a) in acc.iter_mut().enumerate() {
-                let xv = _mm256_loadu_ps(x.add(r * xs + i));
-                for j in 0..NR {
-                    a[j] = _mm256_fmadd_ps(xv, wv[j], a[j]);
-                }
-            }
-            i += 8;
-        }
-        for (r, a) in acc.iter().enumerate() {
-            for (j, v) in a.iter().enumerate() {
-                let mut s = hsum(*v);
-                for t in body..kc {
-                    s += *x.add(r * xs + t) * *w.add(j * ws + t);
-                }
-                let p = c.add(r * cs + j);
-                *p = if accumulate { *p + s } else { s };
-            }
-        }
-    }
+#[cfg(target_arch = "x86_64")]
+simd_panel!(
+    avx512,
+    "avx512f",
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    |v: __m512| _mm512_reduce_add_ps(v)
+);
 
-    /// Dispatches the edge blocks (fewer than 4 rows of x or 3 rows of w).
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn block(
-        mr: usize,
-        nr: usize,
-        x: *const f32,
-        xs: usize,
-        w: *const f32,
-        ws: usize,
-        kc: usize,
-        c: *mut f32,
-        cs: usize,
-        acc: bool,
-    ) {
-        macro_rules! go {
-            ($m:literal, $n:literal) => {
-                micro::<$m, $n>(x, xs, w, ws, kc, c, cs, acc)
-            };
-        }
-        match (mr, nr) {
-            (4, 3) => go!(4, 3),
-            (4, 2) => go!(4, 2),
-            (4, 1) => go!(4, 1),
-            (3, 3) => go!(3, 3),
-            (3, 2) => go!(3, 2),
-            (3, 1) => go!(3, 1),
-            (2, 3) => go!(2, 3),
-            (2, 2) => go!(2, 2),
-            (2, 1) => go!(2, 1),
-            (1, 3) => go!(1, 3),
-            (1, 2) => go!(1, 2),
-            _ => go!(1, 1),
-        }
-    }
-
-    /// `c [m, rows] = x [m, k] · w [rows, k]ᵀ`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn panel(
-        x: &[f32],
-        m: usize,
-        k: usize,
-        w: &[f32],
-        rows: usize,
-        c: &mut [f32],
-    ) {
-        debug_assert!(x.len() >= m * k && w.len() >= rows * k && c.len() >= m * rows);
-        let (xp, wp, cp) = (x.as_ptr(), w.as_ptr(), c.as_mut_ptr());
-        let mut k0 = 0;
-        while k0 < k {
-            let kc = KC.min(k - k0);
-            let mut i = 0;
-            while i < m {
-                let mr = 4.min(m - i);
-                let mut j = 0;
-                while j < rows {
-                    let nr = 3.min(rows - j);
-                    block(
-                        mr,
-                        nr,
-                        xp.add(i * k + k0),
-                        k,
-                        wp.add(j * k + k0),
-                        k,
-                        kc,
-                        cp.add(i * rows + j),
-                        rows,
-                        k0 > 0,
-                    );
-                    j += nr;
-                }
-                i += mr;
-            }
-            k0 += kc;
-        }
-    }
+/// Whether the AVX-512 panel kernel can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+fn has_avx512f() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx512f"))
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ impl candle_nn::Module for Linear {
         let cpu_f32 = x.device().is_cpu() && x.dtype() == DType::F32;
         let y = if cpu_f32 && rows <= gemv::MAX_ROWS {
             gemv::small_gemv(&x2.contiguous()?, &self.weight)?
-        } else if cpu_f32 && gemm_nt::available() {
+        } else if cpu_f32 && rows <= gemm_nt::MAX_ROWS && gemm_nt::available() {
             gemm_nt::matmul_nt(&x2.contiguous()?, &self.weight)?
         } else {
             x2.matmul(&self.weight.t()?)?

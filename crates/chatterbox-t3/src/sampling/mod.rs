@@ -40,6 +40,8 @@ impl Default for Sampling {
 pub struct Sampler {
     rng: Option<Xoshiro256PlusPlus>,
     noise: Vec<f32>,
+    /// Whether `noise` already holds the next draw's values ([`Sampler::prefetch`]).
+    ready: bool,
 }
 
 impl Sampler {
@@ -51,6 +53,7 @@ impl Sampler {
                 Sampling::Seeded(seed) => Some(Xoshiro256PlusPlus::seed_from_u64(seed)),
             },
             noise: vec![0.0; vocab],
+            ready: false,
         }
     }
 
@@ -61,6 +64,23 @@ impl Sampler {
 
     /// The noise of the next draw (`-ln(-ln u)`, `u` uniform in (0, 1)).
     pub fn next_noise(&mut self) -> &[f32] {
+        if !self.ready {
+            self.fill();
+        }
+        self.ready = false;
+        &self.noise
+    }
+
+    /// Computes the noise of the next draw now (the generator's sequence is unchanged), so
+    /// that the host work overlaps a step that is running on the device.
+    pub fn prefetch(&mut self) {
+        if !self.ready {
+            self.fill();
+            self.ready = true;
+        }
+    }
+
+    fn fill(&mut self) {
         if let Some(rng) = &mut self.rng {
             for g in self.noise.iter_mut() {
                 // 24 random bits, centred in their bin: u in (0, 1), never 0 or 1.
@@ -68,7 +88,6 @@ impl Sampler {
                 *g = -(-u.ln()).ln();
             }
         }
-        &self.noise
     }
 }
 
