@@ -151,9 +151,22 @@ impl Conv1d {
             stride,
             dilation,
         } = self.cfg;
-        let y = x
-            .conv1d(&self.weight, padding, stride, dilation, 1)?
-            .broadcast_add(&self.bias)?;
+        #[cfg(feature = "cuda")]
+        let y = if stride == 1 && crate::cuda::applies(&x) && self.weight.dtype() == x.dtype() {
+            crate::cuda::conv1d(&x, &self.weight, padding, dilation)?
+        } else {
+            x.conv1d(&self.weight, padding, stride, dilation, 1)?
+        };
+        #[cfg(not(feature = "cuda"))]
+        let y = x.conv1d(&self.weight, padding, stride, dilation, 1)?;
+        #[cfg(feature = "cuda")]
+        if crate::cuda::applies(&y)
+            && self.bias.dtype() == candle_core::DType::F32
+            && residual.is_none_or(|r| r.is_contiguous() && r.dtype() == y.dtype())
+        {
+            return crate::cuda::bias_residual(&y, &self.bias, residual);
+        }
+        let y = y.broadcast_add(&self.bias)?;
         match residual {
             Some(r) => y + r,
             None => Ok(y),

@@ -43,6 +43,11 @@ impl HiFTGenerator {
     /// Builds the generator and its F0 predictor from `vb` (S3Gen keeps them under `mel2wav`).
     pub fn new(cfg: &HiFTConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
+        #[cfg(feature = "cuda")]
+        if let candle_core::Device::Cuda(dev) = vb.device() {
+            // compile and load the fused kernels now, not inside the first inference
+            crate::cuda::load(dev)?;
+        }
         let n_fft = cfg.istft_params.n_fft;
         let base = cfg.base_channels;
         let m_source = SourceModuleHnNSF::new(

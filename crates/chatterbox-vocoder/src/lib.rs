@@ -3,6 +3,8 @@
 mod config;
 mod conv;
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod error;
 mod f0_predictor;
 mod generator;

@@ -44,8 +44,12 @@ impl Snake {
             .map(|(a, i)| (a.as_slice(), i.as_slice()))
     }
 
-    /// The activation with candle ops (every backend).
+    /// The activation with candle ops (every backend; one fused kernel on CUDA in f32).
     pub(crate) fn forward_generic(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if crate::cuda::applies(x) && self.alpha.dtype() == candle_core::DType::F32 {
+            return crate::cuda::snake(x, &self.alpha, &self.inv_alpha);
+        }
         let s = x.broadcast_mul(&self.alpha)?.sin()?.sqr()?;
         x + s.broadcast_mul(&self.inv_alpha)?
     }

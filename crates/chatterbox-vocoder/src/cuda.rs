@@ -1,0 +1,409 @@
+//! CUDA kernels for HiFT's stride-1 convolutions and the element-wise work around them
+//! (hifigan.py's `Snake`, `Conv1d` and the `conv(...) + bias (+ residual)` of `ResBlock`,
+//! upstream 5de7a54), compiled once per process with NVRTC.
+//!
+//! ncu on the H100 (20 s of audio, candle ops): candle's `conv1d` im2col kernel (time-major, so
+//! its reads stride over channels) took 36% of HiFT's GPU time, the transpose after its GEMM
+//! 6%, and the broadcast element-wise kernels of the Snakes and biases (five and two kernels
+//! per convolution, indexed through candle's generic strided path) another 30%. Here a
+//! convolution is a channels-first im2col (coalesced) and one FP32 GEMM whose output needs no
+//! transpose, and a Snake or a bias (+ residual) is one pass with the same arithmetic in the
+//! same order (`sinf`, no fast-math). f32 only: other dtypes and strided inputs keep the candle
+//! ops.
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use std::sync::OnceLock;
+
+const MODULE: &str = "chatterbox_vocoder_hift";
+
+const SOURCE: &str = r#"
+extern "C" __global__ void hift_snake_f32(const float* x, const float* alpha,
+        const float* inv_alpha, float* y, unsigned int channels, unsigned int len,
+        unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
+        unsigned int c = (unsigned int)((i / len) % channels);
+        float v = x[i];
+        // explicit roundings: no multiply-add contraction, as in candle's separate kernels
+        float s = sinf(__fmul_rn(v, alpha[c]));
+        y[i] = __fadd_rn(v, __fmul_rn(__fmul_rn(s, s), inv_alpha[c]));
+    }
+}
+
+extern "C" __global__ void hift_bias_residual_f32(const float* x, const float* bias,
+        const float* residual, float* y, unsigned int channels, unsigned int len,
+        unsigned long long n, int has_residual) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
+        unsigned int c = (unsigned int)((i / len) % channels);
+        float v = x[i] + bias[c];
+        y[i] = has_residual ? v + residual[i] : v;
+    }
+}
+
+// col[b, c * k + j, t] = x[b, c, t + j * dilation - padding] (0 outside): the input of a
+// stride-1 convolution unrolled so that `W (C_out, C_in * K) @ col (C_in * K, T_out)` is the
+// output in channels-first layout. One row of `col` per `blockIdx.y` step, threads along `t`:
+// reads and writes coalesce and no thread divides.
+extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsigned int c_in,
+        unsigned int k, unsigned int len_in, unsigned int len_out, unsigned int dilation,
+        unsigned int padding, unsigned int rows) {
+    for (unsigned int row = blockIdx.y; row < rows; row += gridDim.y) {
+        unsigned int j = row % k;
+        const float* src = x + (unsigned long long)(row / k) * len_in;
+        float* dst = col + (unsigned long long)row * len_out;
+        long long shift = (long long)j * dilation - (long long)padding;
+        for (unsigned int t = blockIdx.x * blockDim.x + threadIdx.x; t < len_out;
+             t += blockDim.x * gridDim.x) {
+            long long s = (long long)t + shift;
+            dst[t] = (s >= 0 && s < (long long)len_in) ? src[s] : 0.0f;
+        }
+    }
+}
+"#;
+
+/// The PTX of [`SOURCE`], compiled on first use.
+fn ptx() -> candle_core::Result<&'static str> {
+    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("NVRTC could not compile the HiFT kernels: {e:?}"))
+    })
+    .as_ref()
+    .map(String::as_str)
+    .map_err(|e| candle_core::Error::Msg(e.clone()))
+}
+
+/// Compiles (once per process) and loads the kernels on `dev`.
+pub(crate) fn load(dev: &CudaDevice) -> candle_core::Result<()> {
+    for name in [
+        "hift_snake_f32",
+        "hift_bias_residual_f32",
+        "hift_im2col_cf_f32",
+    ] {
+        dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
+    }
+    Ok(())
+}
+
+/// Whether the fused kernels can take `x`: f32, contiguous, `(B, C, T)` on a CUDA device.
+pub(crate) fn applies(x: &Tensor) -> bool {
+    x.device().is_cuda() && x.dtype() == DType::F32 && x.is_contiguous() && x.rank() == 3
+}
+
+fn f32_view<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("hift cuda: {what} must be contiguous")
+    };
+    Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+}
+
+fn launch_config(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(256).clamp(1, 132 * 32) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// `(B, C, T)` dims of `x`, checked against a per-channel parameter of `c_len` values.
+fn dims(l: &Layout, c_len: usize, what: &str) -> candle_core::Result<(usize, usize, usize)> {
+    let (b, c, t) = l.shape().dims3()?;
+    if c != c_len || c > u32::MAX as usize || t > u32::MAX as usize {
+        candle_core::bail!("hift cuda {what}: {c} channels of {t} samples, parameter of {c_len}")
+    }
+    Ok((b, c, t))
+}
+
+struct SnakeOp;
+
+impl CustomOp3 for SnakeOp {
+    fn name(&self) -> &'static str {
+        "hift-snake"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("hift-snake: CUDA only (the CPU has its own kernel)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        alpha: &CudaStorage,
+        al: &Layout,
+        inv: &CudaStorage,
+        il: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (b, c, t) = dims(xl, al.shape().elem_count(), "snake")?;
+        let n = b * c * t;
+        let dev: &CudaDevice = &x.device;
+        let func = dev.get_or_load_custom_func("hift_snake_f32", MODULE, ptx()?)?;
+        let (xv, av, iv) = (
+            f32_view(x, xl, "input")?,
+            f32_view(alpha, al, "alpha")?,
+            f32_view(inv, il, "inv_alpha")?,
+        );
+        // SAFETY: every element is written by the kernel below before it is read.
+        let out = unsafe { dev.alloc::<f32>(n)? };
+        let (c32, t32, n64) = (c as u32, t as u32, n as u64);
+        let mut builder = func.builder();
+        builder.arg(&xv);
+        builder.arg(&av);
+        builder.arg(&iv);
+        builder.arg(&out);
+        builder.arg(&c32);
+        builder.arg(&t32);
+        builder.arg(&n64);
+        // SAFETY: the kernel reads `n` values of `x`, `c` of each parameter (checked above)
+        // and writes the `n` values of `out`.
+        unsafe { builder.launch(launch_config(n)) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev.clone()),
+            xl.shape().clone(),
+        ))
+    }
+}
+
+struct Im2ColOp {
+    k: usize,
+    dilation: usize,
+    padding: usize,
+}
+
+impl Im2ColOp {
+    fn len_out(&self, len_in: usize) -> Option<usize> {
+        (len_in + 2 * self.padding).checked_sub(self.dilation * (self.k - 1))
+    }
+}
+
+impl candle_core::CustomOp1 for Im2ColOp {
+    fn name(&self) -> &'static str {
+        "hift-im2col"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("hift-im2col: CUDA only (the CPU has its own kernel)")
+    }
+
+    fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (b, c, t) = xl.shape().dims3()?;
+        let Some(t_out) = self.len_out(t).filter(|&n| n > 0) else {
+            candle_core::bail!("hift conv1d: input of {t} samples is too short")
+        };
+        if [b * c * self.k, t, t_out, self.dilation, self.padding]
+            .iter()
+            .any(|&v| v > u32::MAX as usize)
+        {
+            candle_core::bail!("hift conv1d: sizes past 32 bits")
+        }
+        let n = b * c * self.k * t_out;
+        let dev: &CudaDevice = &x.device;
+        let func = dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, ptx()?)?;
+        let xv = f32_view(x, xl, "input")?;
+        // SAFETY: every element is written by the kernel below before it is read.
+        let out = unsafe { dev.alloc::<f32>(n)? };
+        let rows = b * c * self.k;
+        let args = [c, self.k, t, t_out, self.dilation, self.padding, rows].map(|v| v as u32);
+        let mut builder = func.builder();
+        builder.arg(&xv);
+        builder.arg(&out);
+        for a in &args {
+            builder.arg(a);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (
+                t_out.div_ceil(256).min(1024) as u32,
+                rows.min(65535) as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel reads inside the `b * c * t` values of `x` (bounds checked per
+        // element) and writes the `rows * t_out = n` values of `out`.
+        unsafe { builder.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev.clone()),
+            Shape::from((b, c * self.k, t_out)),
+        ))
+    }
+}
+
+/// A stride-1 `conv1d` of `x` `(B, C_in, T)` with `weight` `(C_out, C_in, K)`: a channels-first
+/// im2col and one GEMM, whose `(B, C_out, T_out)` result needs no transpose (candle's CUDA
+/// `conv1d` builds a time-major im2col with strided reads, then transposes the product).
+/// Same sums in the same precision (FP32 GEMM), in cuBLAS's order.
+pub(crate) fn conv1d(
+    x: &Tensor,
+    weight: &Tensor,
+    padding: usize,
+    dilation: usize,
+) -> candle_core::Result<Tensor> {
+    let (c_out, c_in, k) = weight.dims3()?;
+    if x.dim(1)? != c_in {
+        candle_core::bail!("hift conv1d: {} input channels, expected {c_in}", x.dim(1)?)
+    }
+    let col = x.apply_op1_no_bwd(&Im2ColOp {
+        k,
+        dilation,
+        padding,
+    })?;
+    weight.reshape((c_out, c_in * k))?.broadcast_matmul(&col)
+}
+
+/// `x + inv_alpha * sin(alpha * x)^2` (`alpha`, `inv_alpha`: `C` values) in one kernel.
+pub(crate) fn snake(x: &Tensor, alpha: &Tensor, inv_alpha: &Tensor) -> candle_core::Result<Tensor> {
+    x.apply_op3_no_bwd(alpha, inv_alpha, &SnakeOp)
+}
+
+struct BiasResidualOp {
+    /// Whether the third operand is a residual to add (else it is ignored).
+    residual: bool,
+}
+
+impl CustomOp3 for BiasResidualOp {
+    fn name(&self) -> &'static str {
+        "hift-bias-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("hift-bias-residual: CUDA only (the CPU has its own kernel)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        bias: &CudaStorage,
+        bl: &Layout,
+        res: &CudaStorage,
+        rl: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (b, c, t) = dims(xl, bl.shape().elem_count(), "bias")?;
+        let n = b * c * t;
+        if self.residual && rl.shape() != xl.shape() {
+            candle_core::bail!(
+                "hift cuda: residual {:?} for an output {:?}",
+                rl.shape(),
+                xl.shape()
+            )
+        }
+        let dev: &CudaDevice = &x.device;
+        let func = dev.get_or_load_custom_func("hift_bias_residual_f32", MODULE, ptx()?)?;
+        let (xv, bv, rv) = (
+            f32_view(x, xl, "conv output")?,
+            f32_view(bias, bl, "bias")?,
+            f32_view(res, rl, "residual")?,
+        );
+        // SAFETY: every element is written by the kernel below before it is read.
+        let out = unsafe { dev.alloc::<f32>(n)? };
+        let (c32, t32, n64, has) = (c as u32, t as u32, n as u64, self.residual as i32);
+        let mut builder = func.builder();
+        builder.arg(&xv);
+        builder.arg(&bv);
+        builder.arg(&rv);
+        builder.arg(&out);
+        builder.arg(&c32);
+        builder.arg(&t32);
+        builder.arg(&n64);
+        builder.arg(&has);
+        // SAFETY: the kernel reads `n` values of `x` (and of the residual when there is one,
+        // checked above), `c` of the bias, and writes the `n` values of `out`.
+        unsafe { builder.launch(launch_config(n)) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev.clone()),
+            xl.shape().clone(),
+        ))
+    }
+}
+
+/// `x + bias (+ residual)` (`bias`: `C` values) in one kernel.
+pub(crate) fn bias_residual(
+    x: &Tensor,
+    bias: &Tensor,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let op = BiasResidualOp {
+        residual: residual.is_some(),
+    };
+    // Without a residual the third operand is only a placeholder the kernel never reads.
+    x.apply_op3_no_bwd(bias, residual.unwrap_or(bias), &op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
+        (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn fused_kernels_match_candle_ops() -> candle_core::Result<()> {
+        let dev = Device::new_cuda(0)?;
+        let x = (Tensor::randn(0f32, 2.0, (2, 5, 1001), &dev)? * 3.0)?;
+        let alpha = Tensor::rand(0.1f32, 2.0, (1, 5, 1), &dev)?;
+        let inv = (alpha.clone() + 1e-9)?.recip()?;
+        let want = (&x + x.broadcast_mul(&alpha)?.sin()?.sqr()?.broadcast_mul(&inv)?)?;
+        let got = snake(&x, &alpha, &inv)?;
+        assert_eq!(got.dims(), want.dims());
+        // the same f32 operations in the same order
+        assert_eq!(max_diff(&got, &want)?, 0.0);
+
+        let bias = Tensor::randn(0f32, 1.0, (1, 5, 1), &dev)?;
+        let r = Tensor::randn(0f32, 1.0, (2, 5, 1001), &dev)?;
+        let want = (x.broadcast_add(&bias)? + &r)?;
+        assert_eq!(max_diff(&bias_residual(&x, &bias, Some(&r))?, &want)?, 0.0);
+        let want = x.broadcast_add(&bias)?;
+        assert_eq!(max_diff(&bias_residual(&x, &bias, None)?, &want)?, 0.0);
+
+        // the convolution against candle's, for a dilated and padded case and a batch of 2
+        let w = Tensor::randn(0f32, 0.3, (7, 5, 3), &dev)?;
+        for (padding, dilation) in [(3, 3), (0, 1), (5, 5)] {
+            let want = x.conv1d(&w, padding, 1, dilation, 1)?;
+            let got = conv1d(&x, &w, padding, dilation)?;
+            assert_eq!(got.dims(), want.dims());
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(
+                max_diff(&got, &want)? <= 1e-5 * scale,
+                "p={padding} d={dilation}"
+            );
+        }
+        assert!(conv1d(&x.narrow(2, 0, 4)?.contiguous()?, &w, 0, 5).is_err());
+
+        // a residual of another shape is an error, not a wrong read
+        let short = Tensor::zeros((2, 5, 1000), DType::F32, &dev)?;
+        assert!(bias_residual(&x, &bias, Some(&short)).is_err());
+        Ok(())
+    }
+}
