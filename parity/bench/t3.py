@@ -6,6 +6,9 @@ Full-size T3 English (Llama 520M, CFG batch 2) and Turbo (GPT-2 medium) with ran
 - `*_prefill`: `T3.inference(max_new_tokens=1)` / `inference_turbo(max_gen_len=0)`, i.e. the
   conditioning, the prompt's forward pass and the first token;
 - `*_decode_per_token`: `(time of 201 tokens - time of 1 token) / 200`.
+
+`--device cuda` (or `CHATTERBOX_BENCH_DEVICE=cuda`) runs on the GPU in fp32, as users run the
+reference, with a synchronize before each clock stop.
 """
 import argparse
 import gc
@@ -27,9 +30,14 @@ DECODE_TOKENS = 200
 TEXT_TOKENS = 60
 
 
+DEV = torch.device("cpu")
+
+
 def timed(f):
     t = time.perf_counter()
     f()
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
     return (time.perf_counter() - t) * 1e3
 
 
@@ -51,15 +59,16 @@ def measure(name, first, full, runs, prefix):
 
 def english(runs):
     torch.manual_seed(0)
-    t3 = T3().eval()
+    t3 = T3().eval().to(DEV)
     t3.hp.stop_speech_token = -1
-    spk = torch.randn(1, 256) * 0.06
-    prompt = torch.tensor([[(i * 37 + 11) % 6561 for i in range(150)]])
+    spk = (torch.randn(1, 256) * 0.06).to(DEV)
+    prompt = torch.tensor([[(i * 37 + 11) % 6561 for i in range(150)]], device=DEV)
     text = [255] + [20 + (i * 7) % 600 for i in range(TEXT_TOKENS)] + [0]
-    text = torch.tensor([text, text])
+    text = torch.tensor([text, text], device=DEV)
 
     def gen(n):
-        cond = T3Cond(speaker_emb=spk, cond_prompt_speech_tokens=prompt, emotion_adv=0.5 * torch.ones(1, 1, 1))
+        cond = T3Cond(speaker_emb=spk, cond_prompt_speech_tokens=prompt,
+                      emotion_adv=0.5 * torch.ones(1, 1, 1, device=DEV))
         t3.inference(t3_cond=cond, text_tokens=text, max_new_tokens=n, temperature=0.8, top_p=1.0, min_p=0.05,
                      repetition_penalty=1.2, cfg_weight=0.5)
     prefix = 34 + text.shape[1] + 2
@@ -77,11 +86,11 @@ def turbo(runs):
     hp.emotion_adv = False
     t3 = T3(hp)
     del t3.tfmr.wte
-    t3.eval()
+    t3.eval().to(DEV)
     t3.hp.stop_speech_token = -1
-    spk = torch.randn(1, 256) * 0.06
-    prompt = torch.tensor([[(i * 53 + 5) % 6561 for i in range(375)]])
-    text = torch.tensor([[1000 + i * 13 for i in range(TEXT_TOKENS)]])
+    spk = (torch.randn(1, 256) * 0.06).to(DEV)
+    prompt = torch.tensor([[(i * 53 + 5) % 6561 for i in range(375)]], device=DEV)
+    text = torch.tensor([[1000 + i * 13 for i in range(TEXT_TOKENS)]], device=DEV)
 
     def gen(n):
         cond = T3Cond(speaker_emb=spk, cond_prompt_speech_tokens=prompt)
@@ -96,7 +105,10 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=int(os.environ.get("CHATTERBOX_T3_BENCH_RUNS", "2")))
+    p.add_argument("--device", default=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
     a = p.parse_args()
+    global DEV
+    DEV = torch.device(a.device)
     torch.set_num_threads(a.threads)
     only = os.environ.get("CHATTERBOX_T3_BENCH_ONLY", "")
     with torch.inference_mode(), open(a.out, "a") as out:
@@ -104,7 +116,7 @@ def main():
             if only and only != name:
                 continue
             for stage, shape, timing in f(a.runs):
-                rec = dict(group="t3", stage=stage, implementation="reference", device="cpu", threads=a.threads,
+                rec = dict(group="t3", stage=stage, implementation="reference", device=DEV.type, threads=a.threads,
                            shape=shape, **timing)
                 print(f"{stage:<28} {timing['median_ms']:9.2f} ms (median of {timing['iters']})", file=sys.stderr)
                 out.write(json.dumps(rec) + "\n")
