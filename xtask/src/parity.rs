@@ -151,12 +151,18 @@ pub fn run(mut args: ParityArgs) -> Result<i32> {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect();
-        if crate_rows.is_empty() && !output.status.success() {
+        // A failing test run must fail the table even when its report holds only passing rows
+        // (a case that errors out writes no rows for its outputs).
+        if !output.status.success() && crate_rows.iter().all(Row::passed) {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
             crate_rows.push(Row {
                 component: krate.trim_start_matches("chatterbox-").to_string(),
-                case: "(build or run)".into(),
+                case: if crate_rows.is_empty() {
+                    "(build or run)".into()
+                } else {
+                    "(test run failed; rows missing)".into()
+                },
                 max_abs: f64::INFINITY,
                 max_rel: f64::INFINITY,
                 snr_db: None,

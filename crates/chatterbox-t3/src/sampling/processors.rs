@@ -158,6 +158,12 @@ impl TopPLogitsWarper {
 
     /// Filters the scores.
     pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        self.process_sorted(scores, None)
+    }
+
+    /// [`TopPLogitsWarper::process`] with an ascending arg-sort of `scores` already at hand
+    /// (any order among equal scores gives the same result here).
+    fn process_sorted(&self, scores: &Tensor, ascending: Option<&Tensor>) -> Result<Tensor> {
         let scores = scores.contiguous()?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let Some(cumsum) = &self.cumsum else {
@@ -166,7 +172,10 @@ impl TopPLogitsWarper {
             let remove = probs.broadcast_le(&self.zero)?;
             return mask_fill(&remove, &scores, &self.neg_inf);
         };
-        let order = scores.arg_sort_last_dim(true)?;
+        let order = match ascending {
+            Some(o) => o.clone(),
+            None => scores.arg_sort_last_dim(true)?,
+        };
         let sorted = probs.gather(&order, D::Minus1)?;
         let cum = cumsum.forward(&sorted)?;
         // The cumulative sums never decrease, so the removed tokens are a prefix of the
@@ -192,6 +201,8 @@ impl TopPLogitsWarper {
 pub struct TopKLogitsWarper {
     k: usize,
     neg_inf: Tensor,
+    /// u32 `vocab - 1, ..., 0`: reverses a sort order.
+    reverse: Tensor,
 }
 
 impl TopKLogitsWarper {
@@ -207,11 +218,17 @@ impl TopKLogitsWarper {
         Ok(Self {
             k: top_k.min(vocab),
             neg_inf: scalar(f32::NEG_INFINITY, dev)?,
+            reverse: Tensor::from_vec((0..vocab as u32).rev().collect::<Vec<_>>(), vocab, dev)?,
         })
     }
 
     /// Filters the scores.
     pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        Ok(self.process_with_order(scores)?.0)
+    }
+
+    /// The filtered scores and a descending arg-sort of the input.
+    fn process_with_order(&self, scores: &Tensor) -> Result<(Tensor, Tensor)> {
         let scores = scores.contiguous()?;
         let order = scores.arg_sort_last_dim(false)?;
         let kth = scores.gather(
@@ -219,7 +236,17 @@ impl TopKLogitsWarper {
             D::Minus1,
         )?;
         let remove = scores.broadcast_lt(&kth)?;
-        mask_fill(&remove, &scores, &self.neg_inf)
+        Ok((mask_fill(&remove, &scores, &self.neg_inf)?, order))
+    }
+
+    /// Top-k, then `top_p` on its output with one arg-sort: the filtered scores are the input's
+    /// top `k` (ties kept) and `-inf` elsewhere, all after the kept ones in the input's
+    /// descending order, so that order reversed sorts the filtered scores ascending (ties
+    /// aside, which top-p's result does not depend on). Same result as the two in a row.
+    pub fn then_top_p(&self, top_p: &TopPLogitsWarper, scores: &Tensor) -> Result<Tensor> {
+        let (filtered, descending) = self.process_with_order(scores)?;
+        let ascending = descending.index_select(&self.reverse, 1)?;
+        top_p.process_sorted(&filtered, Some(&ascending))
     }
 }
 
@@ -317,11 +344,21 @@ impl LogitsProcessorList {
         Ok(Self(v))
     }
 
-    /// Applies every processor in order.
+    /// Applies every processor in order (a top-k directly followed by a top-p shares one
+    /// arg-sort: [`TopKLogitsWarper::then_top_p`]).
     pub fn process(&self, history: &TokenHistory, scores: &Tensor) -> Result<Tensor> {
         let mut s = scores.clone();
-        for p in &self.0 {
-            s = p.process(history, &s)?;
+        let mut i = 0;
+        while i < self.0.len() {
+            if let (LogitsProcessor::TopK(k), Some(LogitsProcessor::TopP(p))) =
+                (&self.0[i], self.0.get(i + 1))
+            {
+                s = k.then_top_p(p, &s)?;
+                i += 2;
+                continue;
+            }
+            s = self.0[i].process(history, &s)?;
+            i += 1;
         }
         Ok(s)
     }
