@@ -1,5 +1,6 @@
 //! Linear layers in `nn.Linear` layout (`[out, in]`), loaded from `nn.Linear` or GPT-2 `Conv1D`
-//! (`[in, out]`) weights with typed shape checks, and a CPU fast path for decode steps.
+//! (`[in, out]`) weights with typed shape checks, and fast paths for decode steps (CPU f32,
+//! CUDA bf16).
 use super::{gemm_nt, gemv};
 use crate::{Result, T3Error};
 use candle_core::{DType, Tensor};
@@ -86,6 +87,13 @@ impl candle_nn::Module for Linear {
         };
         let rows: usize = lead.iter().product();
         let x2 = x.reshape((rows, k))?;
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemv::applies(&x2, &self.weight) {
+            let y = super::cuda_gemv::gemv(&x2, &self.weight, self.bias.as_ref())?;
+            let mut out = lead.to_vec();
+            out.push(self.weight.dims()[0]);
+            return y.reshape(out);
+        }
         let cpu_f32 = x.device().is_cpu() && x.dtype() == DType::F32;
         let y = if cpu_f32 && rows <= gemv::MAX_ROWS {
             gemv::small_gemv(&x2.contiguous()?, &self.weight)?
