@@ -18,9 +18,11 @@ use std::sync::OnceLock;
 const MODULE: &str = "chatterbox_vocoder_hift";
 
 const SOURCE: &str = r#"
+// The two per-channel kernels share one signature `(x, p, q, y, channels, len, n, flag)`, so one
+// launcher (`ChannelOp`) runs both.
 extern "C" __global__ void hift_snake_f32(const float* x, const float* alpha,
         const float* inv_alpha, float* y, unsigned int channels, unsigned int len,
-        unsigned long long n) {
+        unsigned long long n, int flag) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
          i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
         unsigned int c = (unsigned int)((i / len) % channels);
@@ -122,64 +124,6 @@ fn dims(l: &Layout, c_len: usize, what: &str) -> candle_core::Result<(usize, usi
     Ok((b, c, t))
 }
 
-struct SnakeOp;
-
-impl CustomOp3 for SnakeOp {
-    fn name(&self) -> &'static str {
-        "hift-snake"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-snake: CUDA only (the CPU has its own kernel)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        x: &CudaStorage,
-        xl: &Layout,
-        alpha: &CudaStorage,
-        al: &Layout,
-        inv: &CudaStorage,
-        il: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let (b, c, t) = dims(xl, al.shape().elem_count(), "snake")?;
-        let n = b * c * t;
-        let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("hift_snake_f32", MODULE, ptx()?)?;
-        let (xv, av, iv) = (
-            f32_view(x, xl, "input")?,
-            f32_view(alpha, al, "alpha")?,
-            f32_view(inv, il, "inv_alpha")?,
-        );
-        // SAFETY: every element is written by the kernel below before it is read.
-        let out = unsafe { dev.alloc::<f32>(n)? };
-        let (c32, t32, n64) = (c as u32, t as u32, n as u64);
-        let mut builder = func.builder();
-        builder.arg(&xv);
-        builder.arg(&av);
-        builder.arg(&iv);
-        builder.arg(&out);
-        builder.arg(&c32);
-        builder.arg(&t32);
-        builder.arg(&n64);
-        // SAFETY: the kernel reads `n` values of `x`, `c` of each parameter (checked above)
-        // and writes the `n` values of `out`.
-        unsafe { builder.launch(launch_config(n)) }.w()?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(out, dev.clone()),
-            xl.shape().clone(),
-        ))
-    }
-}
-
 struct Im2ColOp {
     k: usize,
     dilation: usize,
@@ -271,19 +215,18 @@ pub(crate) fn conv1d(
     weight.reshape((c_out, c_in * k))?.broadcast_matmul(&col)
 }
 
-/// `x + inv_alpha * sin(alpha * x)^2` (`alpha`, `inv_alpha`: `C` values) in one kernel.
-pub(crate) fn snake(x: &Tensor, alpha: &Tensor, inv_alpha: &Tensor) -> candle_core::Result<Tensor> {
-    x.apply_op3_no_bwd(alpha, inv_alpha, &SnakeOp)
+/// A per-channel element-wise kernel over `x` `(B, C, T)` with two more operands: `p` holds `C`
+/// values; `q` holds `C` values, or `x`'s shape with `q_full`. `flag` is the kernel's last
+/// argument; `flag == 0` means the kernel does not read `q` (a placeholder then).
+struct ChannelOp {
+    kernel: &'static str,
+    q_full: bool,
+    flag: i32,
 }
 
-struct BiasResidualOp {
-    /// Whether the third operand is a residual to add (else it is ignored).
-    residual: bool,
-}
-
-impl CustomOp3 for BiasResidualOp {
+impl CustomOp3 for ChannelOp {
     fn name(&self) -> &'static str {
-        "hift-bias-residual"
+        self.kernel
     }
 
     fn cpu_fwd(
@@ -295,48 +238,54 @@ impl CustomOp3 for BiasResidualOp {
         _: &candle_core::CpuStorage,
         _: &Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-bias-residual: CUDA only (the CPU has its own kernel)")
+        candle_core::bail!("{}: CUDA only (the CPU has its own kernel)", self.kernel)
     }
 
     fn cuda_fwd(
         &self,
         x: &CudaStorage,
         xl: &Layout,
-        bias: &CudaStorage,
-        bl: &Layout,
-        res: &CudaStorage,
-        rl: &Layout,
+        p: &CudaStorage,
+        pl: &Layout,
+        q: &CudaStorage,
+        ql: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let (b, c, t) = dims(xl, bl.shape().elem_count(), "bias")?;
+        let (b, c, t) = dims(xl, pl.shape().elem_count(), self.kernel)?;
         let n = b * c * t;
-        if self.residual && rl.shape() != xl.shape() {
+        let q_ok = if self.q_full {
+            ql.shape() == xl.shape()
+        } else {
+            ql.shape().elem_count() == c
+        };
+        if self.flag != 0 && !q_ok {
             candle_core::bail!(
-                "hift cuda: residual {:?} for an output {:?}",
-                rl.shape(),
+                "{}: operand {:?} for an input {:?}",
+                self.kernel,
+                ql.shape(),
                 xl.shape()
             )
         }
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("hift_bias_residual_f32", MODULE, ptx()?)?;
-        let (xv, bv, rv) = (
-            f32_view(x, xl, "conv output")?,
-            f32_view(bias, bl, "bias")?,
-            f32_view(res, rl, "residual")?,
+        let func = dev.get_or_load_custom_func(self.kernel, MODULE, ptx()?)?;
+        let (xv, pv, qv) = (
+            f32_view(x, xl, "input")?,
+            f32_view(p, pl, "first operand")?,
+            f32_view(q, ql, "second operand")?,
         );
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<f32>(n)? };
-        let (c32, t32, n64, has) = (c as u32, t as u32, n as u64, self.residual as i32);
+        let (c32, t32, n64) = (c as u32, t as u32, n as u64);
         let mut builder = func.builder();
         builder.arg(&xv);
-        builder.arg(&bv);
-        builder.arg(&rv);
+        builder.arg(&pv);
+        builder.arg(&qv);
         builder.arg(&out);
         builder.arg(&c32);
         builder.arg(&t32);
         builder.arg(&n64);
-        builder.arg(&has);
-        // SAFETY: the kernel reads `n` values of `x` (and of the residual when there is one,
-        // checked above), `c` of the bias, and writes the `n` values of `out`.
+        builder.arg(&self.flag);
+        // SAFETY: the kernel reads `n` values of `x`, `c` of `p` and, where it reads `q`, the
+        // values checked above (`c`, or `n` with `q_full`); it writes the `n` values of `out`.
         unsafe { builder.launch(launch_config(n)) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev.clone()),
@@ -345,14 +294,26 @@ impl CustomOp3 for BiasResidualOp {
     }
 }
 
+/// `x + inv_alpha * sin(alpha * x)^2` (`alpha`, `inv_alpha`: `C` values) in one kernel.
+pub(crate) fn snake(x: &Tensor, alpha: &Tensor, inv_alpha: &Tensor) -> candle_core::Result<Tensor> {
+    let op = ChannelOp {
+        kernel: "hift_snake_f32",
+        q_full: false,
+        flag: 1,
+    };
+    x.apply_op3_no_bwd(alpha, inv_alpha, &op)
+}
+
 /// `x + bias (+ residual)` (`bias`: `C` values) in one kernel.
 pub(crate) fn bias_residual(
     x: &Tensor,
     bias: &Tensor,
     residual: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
-    let op = BiasResidualOp {
-        residual: residual.is_some(),
+    let op = ChannelOp {
+        kernel: "hift_bias_residual_f32",
+        q_full: true,
+        flag: residual.is_some() as i32,
     };
     // Without a residual the third operand is only a placeholder the kernel never reads.
     x.apply_op3_no_bwd(bias, residual.unwrap_or(bias), &op)
