@@ -7,6 +7,7 @@
 //! `--full` parity weights), else random tensors with the real key names and shapes.
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16, with CUDA
 //! graphs and then eagerly; `CHATTERBOX_T3_BENCH_GRAPHS=0` runs eagerly only (for a profiler).
+//! `CHATTERBOX_T3_BENCH_TOKENS=N` decodes N tokens instead of 200 (to profile the prefill).
 #[path = "../tests/common/random_weights.rs"]
 mod random_weights;
 
@@ -44,7 +45,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-const DECODE_TOKENS: usize = 200;
+/// Decode steps timed per run (200 unless `CHATTERBOX_T3_BENCH_TOKENS` says otherwise).
+fn decode_tokens() -> usize {
+    std::env::var("CHATTERBOX_T3_BENCH_TOKENS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200)
+}
 const TEXT_TOKENS: usize = 60;
 
 fn load(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow::Result<T3> {
@@ -84,7 +91,7 @@ impl Bench {
     }
 }
 
-/// Times `runs` generations: prefill + first token, then `DECODE_TOKENS` decode steps.
+/// Times `runs` generations: prefill + first token, then `decode_tokens()` decode steps.
 fn run_variant<'a>(
     bench: &mut Bench,
     name: &str,
@@ -93,6 +100,7 @@ fn run_variant<'a>(
     prefix: usize,
     dev: &Device,
 ) -> anyhow::Result<()> {
+    let decode_tokens = decode_tokens();
     let (mut prefill, mut decode, mut growth) = (Vec::new(), Vec::new(), 0isize);
     let mut graphs = 0;
     for run in 0..=runs {
@@ -103,14 +111,14 @@ fn run_variant<'a>(
         let p = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         let mut live_at_10 = 0;
-        for i in 0..DECODE_TOKENS {
+        for i in 0..decode_tokens {
             stream.next().transpose()?;
             if i == 10 {
                 live_at_10 = LIVE.load(Ordering::Relaxed);
             }
         }
         sync(dev)?;
-        let d = t.elapsed().as_secs_f64() * 1e3 / DECODE_TOKENS as f64;
+        let d = t.elapsed().as_secs_f64() * 1e3 / decode_tokens.max(1) as f64;
         graphs = stream.cuda_graphs_captured();
         if run > 0 {
             // run 0 warms up
@@ -127,7 +135,7 @@ fn run_variant<'a>(
     bench.push(
         &format!("{name}_decode_per_token"),
         format!(
-            "{DECODE_TOKENS} tokens; heap growth after token 10: {growth} B; CUDA graphs: {graphs}"
+            "{decode_tokens} tokens; heap growth after token 10: {growth} B; CUDA graphs: {graphs}"
         ),
         &mut decode,
     );
@@ -180,7 +188,7 @@ fn main() -> anyhow::Result<()> {
                 .collect::<Vec<_>>(),
         );
         let mut opts = GenerateOptions::default();
-        opts.max_new_tokens = DECODE_TOKENS + 1;
+        opts.max_new_tokens = decode_tokens() + 1;
         opts.stop_on_eos = false;
         opts.sampling = Sampling::Seeded(0);
         opts.cuda_graphs = graphs;
@@ -222,7 +230,7 @@ fn main() -> anyhow::Result<()> {
         let cond_emb = t3.prepare_conditioning(&T3Cond::new(speaker).with_prompt(prompt))?;
         let text: Vec<u32> = (0..TEXT_TOKENS as u32).map(|i| 1000 + i * 13).collect();
         let mut opts = TurboOptions::default();
-        opts.max_gen_len = DECODE_TOKENS;
+        opts.max_gen_len = decode_tokens();
         opts.stop_on_eos = false;
         opts.sampling = Sampling::Seeded(0);
         opts.cuda_graphs = graphs;

@@ -422,7 +422,6 @@ impl T3 {
             dev,
         )?;
         step.history().push(&Tensor::new(&[[start]], dev)?)?;
-        // The conditioning prefix is the same in both CFG rows: computed once.
         let len_cond = cond_emb.dim(1)?;
         let alignment = match &opts.alignment {
             Some(a) => Some(AlignmentRun::start(
@@ -435,7 +434,7 @@ impl T3 {
                 cfg.then_some(opts.cfg_weight),
             )?),
             None => {
-                step.prefill(self, &embeds, len_cond)?;
+                step.prefill(self, &embeds)?;
                 None
             }
         };
@@ -510,7 +509,7 @@ impl T3 {
             dev,
         )?;
         step.history().push(&Tensor::new(&[[start]], dev)?)?;
-        step.prefill(self, &embeds, 0)?;
+        step.prefill(self, &embeds)?;
         Ok(TokenStream {
             model: self,
             step,

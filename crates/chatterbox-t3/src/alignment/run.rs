@@ -42,17 +42,17 @@ fn llama(model: &T3) -> Result<&LlamaModel> {
 }
 
 impl AlignmentRun {
-    /// Runs the prompt `embeds` `[batch, T, C]` (as [`DecodeStep::prefill`] does, the first
-    /// `shared_prefix` positions once) with the aligned heads spied on, and keeps their rows
-    /// after the text (`text_tokens_slice.1..T`) for the first analyzer step. `step` must be
-    /// fresh (empty caches).
+    /// Runs the prompt `embeds` `[batch, T, C]` (as [`DecodeStep::prefill`] does) with the
+    /// aligned heads spied on, and keeps their rows after the text (`text_tokens_slice.1..T`)
+    /// for the first analyzer step. The text must follow the `len_cond` conditioning
+    /// positions. `step` must be fresh (empty caches).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         model: &T3,
         step: &DecodeStep,
         cfg: &AlignmentAnalyzerConfig,
         embeds: &Tensor,
-        shared_prefix: usize,
+        len_cond: usize,
         text_tokens_slice: (usize, usize),
         cfg_weight: Option<f32>,
     ) -> Result<Self> {
@@ -79,10 +79,10 @@ impl AlignmentRun {
         }
         let t = embeds.dim(1)?;
         let (i, j) = text_tokens_slice;
-        if !(shared_prefix <= i && i < j && j < t) {
+        if !(len_cond <= i && i < j && j < t) {
             return Err(crate::error::invalid(
                 "alignment analyzer",
-                format!("text span {i}..{j} in a prompt of {t} (conditioning {shared_prefix})"),
+                format!("text span {i}..{j} in a prompt of {t} (conditioning {len_cond})"),
             ));
         }
         let dev = model.device();
@@ -99,19 +99,7 @@ impl AlignmentRun {
             last: None,
         };
         // DecodeStep::prefill, spying on the aligned heads in the rows after the text.
-        let batch = step.batch();
-        let shared = if batch > 1 && shared_prefix < t {
-            shared_prefix
-        } else {
-            0
-        };
-        if shared > 0 {
-            let prefix = embeds.narrow(0, 0, 1)?.narrow(1, 0, shared)?;
-            m.prefill(&prefix, &mut run.caches, None)?;
-        }
-        let rest = embeds.narrow(1, shared, t - shared)?;
-        let (hidden, weights) =
-            m.prefill_with_attention(&rest, &mut run.caches, &run.pairs, j - shared)?;
+        let (hidden, weights) = m.prefill_with_attention(embeds, &mut run.caches, &run.pairs, j)?;
         let last = hidden.dim(1)? - 1;
         let logits = model.speech_logits(&hidden.narrow(1, last, 1)?)?;
         step.logits().slice_set(&logits, 0, 0)?;

@@ -1,5 +1,5 @@
 //! Scaled dot-product attention over a preallocated KV cache, shared by both backbones.
-use super::decode_attention::decode_attention;
+use super::cpu_attention::causal_attention;
 use crate::Result;
 use candle_core::{DType, Device, Tensor};
 
@@ -65,9 +65,7 @@ pub(crate) fn attend(
 ) -> Result<Tensor> {
     let dtype = q.dtype();
     if q.device().is_cpu() && dtype == DType::F32 && mask.is_none() && q.dim(2)? == 1 {
-        let out = decode_attention(q, k, v, scale.unwrap_or(1.0) as f32)?;
-        let (b, h, t, d) = out.dims4()?;
-        return Ok(out.transpose(1, 2)?.reshape((b, t, h * d))?);
+        return cpu_causal(q, k, v, scale);
     }
     let att = q.matmul(&k.t()?)?.to_dtype(DType::F32)?;
     let att = match scale {
@@ -80,6 +78,28 @@ pub(crate) fn attend(
     };
     let att = candle_nn::ops::softmax_last_dim(&att)?.to_dtype(dtype)?;
     let out = att.matmul(v)?;
+    let (b, h, t, d) = out.dims4()?;
+    Ok(out.transpose(1, 2)?.reshape((b, t, h * d))?)
+}
+
+/// [`attend`] for the last `T` positions of the cache (`q [B, H, T, D]`) under the causal
+/// `mask` of [`causal_mask`]`(T, L - T)`: the CPU kernel in f32 (it applies the same mask
+/// without reading it), else [`attend`] with the mask.
+pub(crate) fn attend_causal(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: Option<f64>,
+) -> Result<Tensor> {
+    if q.device().is_cpu() && q.dtype() == DType::F32 {
+        return cpu_causal(q, k, v, scale);
+    }
+    attend(q, k, v, Some(mask), scale)
+}
+
+fn cpu_causal(q: &Tensor, k: &Tensor, v: &Tensor, scale: Option<f64>) -> Result<Tensor> {
+    let out = causal_attention(q, k, v, scale.unwrap_or(1.0) as f32)?;
     let (b, h, t, d) = out.dims4()?;
     Ok(out.transpose(1, 2)?.reshape((b, t, h * d))?)
 }

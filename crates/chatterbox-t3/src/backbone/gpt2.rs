@@ -3,7 +3,7 @@
 //!
 //! `Conv1D` weights are stored `[in, out]`; they are transposed once at load. The token table
 //! `wte` is never loaded (the reference deletes it after loading).
-use super::attention::{attend, causal_mask, query_scale, split_heads, StepIndex};
+use super::attention::{attend, attend_causal, causal_mask, query_scale, split_heads, StepIndex};
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
 use crate::config::GPT2Config;
@@ -56,7 +56,7 @@ impl GPT2Attention {
         let c_attn = Linear::load_conv1d(vb.pp("c_attn"), c, 3 * c)?;
         let c_attn = if exact {
             // Fold the (power-of-two) query scale into the q rows of the weight and bias.
-            let w = c_attn.weight();
+            let w = c_attn.weight()?;
             let w = Tensor::cat(
                 &[
                     w.narrow(0, 0, c)?.affine(scale, 0.0)?,
@@ -107,7 +107,7 @@ impl GPT2Attention {
         };
         Ok(self
             .c_proj
-            .forward(&attend(&q, &k, &v, Some(mask), self.q_scale)?)?)
+            .forward(&attend_causal(&q, &k, &v, mask, self.q_scale)?)?)
     }
 
     fn decode(&self, x: &Tensor, step: &StepIndex, cache: &mut KvCache) -> Result<Tensor> {
@@ -142,8 +142,8 @@ impl GPT2MLP {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // gelu_new is the tanh approximation, which is candle's `gelu`.
-        Ok(self.c_proj.forward(&self.c_fc.forward(x)?.gelu()?)?)
+        let h = super::gelu::gelu_new(&self.c_fc.forward(x)?)?;
+        Ok(self.c_proj.forward(&h)?)
     }
 }
 

@@ -4,7 +4,7 @@
 //! Fused at load: q/k/v into one projection (with the exact power-of-two query scale folded in)
 //! and gate/up into one; numerically the same products as the separate layers.
 use super::attention::{
-    attend, causal_mask, head_attention_weights, query_scale, split_heads, StepIndex,
+    attend, attend_causal, causal_mask, head_attention_weights, query_scale, split_heads, StepIndex,
 };
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
@@ -106,7 +106,7 @@ impl LlamaAttention {
                 spy.out.push(w);
             }
         }
-        let y = attend(&q, &k, &v, Some(mask), self.q_scale)?;
+        let y = attend_causal(&q, &k, &v, mask, self.q_scale)?;
         Ok(self.o_proj.forward(&y)?)
     }
 

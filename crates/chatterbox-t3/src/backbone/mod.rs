@@ -1,10 +1,10 @@
 //! The transformer behind T3: transformers' `LlamaModel` (English, multilingual) or
 //! `GPT2Model` (Turbo, Nano), both driven by input embeddings and a preallocated KV cache.
 mod attention;
+mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda_gemv;
-mod decode_attention;
-mod gemm_nt;
+mod gelu;
 mod gemv;
 mod gpt2;
 mod kv_cache;

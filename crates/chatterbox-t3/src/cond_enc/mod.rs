@@ -102,7 +102,7 @@ impl T3CondEnc {
         let b = spk.elem_count() / self.speaker_embed_size;
         let spk = spk
             .reshape((b, self.speaker_embed_size))?
-            .to_dtype(self.spkr_enc.weight().dtype())?;
+            .to_dtype(self.spkr_enc.dtype())?;
         let mut parts = vec![self.spkr_enc.forward(&spk)?.unsqueeze(1)?];
         if let Some(p) = prompt_emb {
             parts.push(match &self.perceiver {
