@@ -122,6 +122,9 @@ impl MinPLogitsWarper {
 #[derive(Debug, Clone)]
 pub struct TopPLogitsWarper {
     threshold: Tensor,
+    /// `threshold`'s value (the CUDA top-k/top-p kernel's argument).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    threshold_f32: f32,
     keep_last: Tensor,
     neg_inf: Tensor,
     zero: Tensor,
@@ -147,6 +150,7 @@ impl TopPLogitsWarper {
         }
         Ok(Self {
             threshold: scalar(threshold, dev)?,
+            threshold_f32: threshold,
             keep_last: Tensor::from_vec(keep, (1, vocab), dev)?,
             neg_inf: scalar(f32::NEG_INFINITY, dev)?,
             zero: scalar(0.0, dev)?,
@@ -243,7 +247,18 @@ impl TopKLogitsWarper {
     /// top `k` (ties kept) and `-inf` elsewhere, all after the kept ones in the input's
     /// descending order, so that order reversed sorts the filtered scores ascending (ties
     /// aside, which top-p's result does not depend on). Same result as the two in a row.
+    ///
+    /// On CUDA (f32, `top_p < 1`) this is one kernel without a sort:
+    /// [`super::cuda_top_k_top_p`].
     pub fn then_top_p(&self, top_p: &TopPLogitsWarper, scores: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if top_p.cumsum.is_some() && super::cuda_top_k_top_p::applies(scores) {
+            return Ok(super::cuda_top_k_top_p::top_k_top_p(
+                scores,
+                self.k,
+                top_p.threshold_f32,
+            )?);
+        }
         let (filtered, descending) = self.process_with_order(scores)?;
         let ascending = descending.index_select(&self.reverse, 1)?;
         top_p.process_sorted(&filtered, Some(&ascending))

@@ -1,0 +1,301 @@
+//! Turbo's top-k followed by top-p as one CUDA kernel (one block per row), compiled once per
+//! process with NVRTC: the same filter as [`TopKLogitsWarper::then_top_p`] without a sort.
+//!
+//! ncu on the H100 put the arg-sort (candle's one-block bitonic sort over 8192 padded slots)
+//! at ~0.16 ms of Turbo's ~1.7 ms step, plus ~17 small kernels around it. Here:
+//! - the k-th largest score is found by a radix select (four 8-bit passes of integer counts
+//!   on order-preserving keys), exactly;
+//! - top-p keeps the tokens scoring at least the smallest kept score `u` whose probability
+//!   mass at or below it exceeds `1 - top_p`, found bit by bit (32 block sums). In exact
+//!   arithmetic that is the sorted cumulative-sum rule of transformers' `TopPLogitsWarper`
+//!   (ties handled as [`TopPLogitsWarper`] does); the sums are added in another order, so a
+//!   token within float rounding of the boundary may fall the other way.
+//!
+//! Every reduction runs in a fixed order: a seed reproduces a run.
+//!
+//! [`TopKLogitsWarper::then_top_p`]: super::TopKLogitsWarper::then_top_p
+//! [`TopPLogitsWarper`]: super::TopPLogitsWarper
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, CustomOp1, DType, Layout, Shape, Tensor};
+use std::sync::OnceLock;
+
+const MODULE: &str = "chatterbox_t3_top_k_top_p";
+/// Threads per block (one block per row).
+const THREADS: usize = 1024;
+/// Scores each thread keeps in registers: rows of at most `THREADS * PER` values.
+const PER: usize = 8;
+
+const SOURCE: &str = r#"
+#define THREADS 1024
+#define PER 8
+// -inf without CUDA headers at run time
+#define NEG_INF __int_as_float(0xff800000)
+// order-preserving key of a float: a < b  <=>  key(a) < key(b) (NaN aside)
+__device__ __forceinline__ unsigned int okey(float f) {
+    unsigned int u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+// Block-wide reductions over 32 warps, in a fixed order; every thread gets the result.
+__device__ float block_sum(float x, float* red) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) red[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        float t = red[l];
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (l == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+__device__ float block_max(float x, float* red) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) red[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        float t = red[l];
+        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (l == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+__device__ unsigned int block_min_u(unsigned int x, unsigned int* red) {
+    for (int o = 16; o > 0; o >>= 1) x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
+    unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0) red[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        unsigned int t = red[l];
+        for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (l == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+// out = scores with every token outside top-k-then-top-p set to -inf; one block per row.
+extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsigned int v,
+        unsigned int k, float thr) {
+    __shared__ unsigned int hist[256];
+    __shared__ float red[33];
+    __shared__ unsigned int ured[33];
+    __shared__ unsigned int sel[2];
+    const float* row = scores + (unsigned long long)blockIdx.x * v;
+    float* orow = out + (unsigned long long)blockIdx.x * v;
+    const unsigned int tid = threadIdx.x;
+    unsigned int key[PER];
+    float val[PER];
+    #pragma unroll
+    for (int j = 0; j < PER; j++) {
+        unsigned int i = tid + j * THREADS;
+        val[j] = i < v ? row[i] : NEG_INF;
+        key[j] = i < v ? okey(val[j]) : 0u;
+    }
+    // 1. the key of the k-th largest score: radix select, 8 bits at a time from the top
+    unsigned int prefix = 0u, mask = 0u, left = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (tid < 256) hist[tid] = 0u;
+        __syncthreads();
+        #pragma unroll
+        for (int j = 0; j < PER; j++) {
+            if (tid + j * THREADS < v && (key[j] & mask) == prefix)
+                atomicAdd(&hist[(key[j] >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            unsigned int acc = 0u;
+            int d = 255;
+            for (; d > 0; d--) {
+                if (acc + hist[d] >= left) break;
+                acc += hist[d];
+            }
+            sel[0] = prefix | ((unsigned int)d << shift);
+            sel[1] = left - acc;
+        }
+        __syncthreads();
+        prefix = sel[0];
+        left = sel[1];
+        mask |= 255u << shift;
+    }
+    const unsigned int kth = prefix;
+    // 2. softmax over the top-k (the rest is -inf: probability 0)
+    float m = NEG_INF;
+    #pragma unroll
+    for (int j = 0; j < PER; j++) if (key[j] >= kth) m = fmaxf(m, val[j]);
+    m = block_max(m, red);
+    float p[PER];
+    float z = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < PER; j++) {
+        p[j] = (tid + j * THREADS < v && key[j] >= kth) ? expf(val[j] - m) : 0.0f;
+        z += p[j];
+    }
+    z = block_sum(z, red);
+    #pragma unroll
+    for (int j = 0; j < PER; j++) p[j] = p[j] / z;
+    // 3. the largest key x whose mass at or below it is at most thr
+    unsigned int x = 0u;
+    for (int b = 31; b >= 0; b--) {
+        unsigned int c = x | (1u << b);
+        float s = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < PER; j++) if (key[j] <= c) s += p[j];
+        s = block_sum(s, red);
+        if (s <= thr) x = c;
+    }
+    // 4. the smallest kept key above x (the top score if none: always keep one token)
+    unsigned int kept = 0xffffffffu;
+    #pragma unroll
+    for (int j = 0; j < PER; j++)
+        if (tid + j * THREADS < v && key[j] >= kth && key[j] > x) kept = min(kept, key[j]);
+    kept = block_min_u(kept, ured);
+    if (kept == 0xffffffffu) kept = okey(m);
+    #pragma unroll
+    for (int j = 0; j < PER; j++) {
+        unsigned int i = tid + j * THREADS;
+        if (i < v) orow[i] = key[j] >= kept ? val[j] : NEG_INF;
+    }
+}
+"#;
+
+/// The PTX of [`SOURCE`], compiled on first use.
+fn ptx() -> candle_core::Result<&'static str> {
+    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("NVRTC could not compile the T3 top-k/top-p kernel: {e:?}"))
+    })
+    .as_ref()
+    .map(String::as_str)
+    .map_err(|e| candle_core::Error::Msg(e.clone()))
+}
+
+/// Whether [`top_k_top_p`] takes `scores`: f32 `(rows, vocab)` on CUDA with
+/// `vocab <= 8192`.
+pub(crate) fn applies(scores: &Tensor) -> bool {
+    scores.device().is_cuda()
+        && scores.dtype() == DType::F32
+        && scores.rank() == 2
+        && scores.dims()[1] <= THREADS * PER
+}
+
+struct TopKTopP {
+    k: usize,
+    threshold: f32,
+}
+
+impl CustomOp1 for TopKTopP {
+    fn name(&self) -> &'static str {
+        "t3-top-k-top-p"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("t3-top-k-top-p: CUDA only")
+    }
+
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (rows, v) = l.shape().dims2()?;
+        if v > THREADS * PER || self.k == 0 || self.k > v || rows == 0 {
+            candle_core::bail!("t3-top-k-top-p: top-{} of ({rows}, {v})", self.k)
+        }
+        let Some((a, z)) = l.contiguous_offsets() else {
+            candle_core::bail!("t3-top-k-top-p: scores must be contiguous")
+        };
+        let sv = s.as_cuda_slice::<f32>()?.slice(a..z);
+        let dev: &CudaDevice = &s.device;
+        let func = dev.get_or_load_custom_func("t3_top_k_top_p", MODULE, ptx()?)?;
+        // SAFETY: the kernel writes every element of every row before anything reads them.
+        let out = unsafe { dev.alloc::<f32>(rows * v)? };
+        let (v32, k32) = (v as u32, self.k as u32);
+        let mut builder = func.builder();
+        builder.arg(&sv);
+        builder.arg(&out);
+        builder.arg(&v32);
+        builder.arg(&k32);
+        builder.arg(&self.threshold);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: block r reads and writes the `v` values of row r of contiguous buffers of
+        // `rows * v` values.
+        unsafe { builder.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev.clone()),
+            Shape::from((rows, v)),
+        ))
+    }
+}
+
+/// Top-`k` then top-p with the f32 `threshold` `1 - top_p` (`top_p < 1`); see [`applies`].
+pub(crate) fn top_k_top_p(
+    scores: &Tensor,
+    k: usize,
+    threshold: f32,
+) -> candle_core::Result<Tensor> {
+    scores
+        .contiguous()?
+        .apply_op1_no_bwd(&TopKTopP { k, threshold })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{TopKLogitsWarper, TopPLogitsWarper};
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn matches_the_sorting_chain() -> crate::Result<()> {
+        let gpu = Device::new_cuda(0)?;
+        let cpu = Device::Cpu;
+        let vocab = 6563;
+        let mut kept_total = 0usize;
+        for (seed, k, top_p, scale) in [
+            (0u64, 1000usize, 0.95f32, 3.0f32),
+            (1, 1000, 0.95, 0.3),
+            (2, 50, 0.5, 2.0),
+            (3, 6563, 0.9, 1.0),
+            (4, 1, 0.95, 1.0),
+            (5, 200, 0.01, 5.0),
+        ] {
+            gpu.set_seed(seed)?;
+            let scores = (Tensor::randn(0f32, 1.0, (2, vocab), &gpu)? * scale as f64)?;
+            let want = TopKLogitsWarper::new(k, vocab, &cpu)?
+                .then_top_p(
+                    &TopPLogitsWarper::new(top_p, vocab, &cpu)?,
+                    &scores.to_device(&cpu)?,
+                )?
+                .to_vec2::<f32>()?;
+            let got = top_k_top_p(&scores, k, (1.0 - top_p as f64) as f32)?.to_vec2::<f32>()?;
+            for (w, g) in want.iter().zip(&got) {
+                let kept = w.iter().filter(|x| x.is_finite()).count();
+                kept_total += kept;
+                let differ = w
+                    .iter()
+                    .zip(g)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                // a token within rounding of the top-p boundary may go the other way
+                assert!(
+                    differ <= 1,
+                    "k {k} p {top_p}: {differ} of {kept} kept differ"
+                );
+            }
+        }
+        assert!(kept_total > 12, "the cases must keep tokens: {kept_total}");
+        Ok(())
+    }
+}
