@@ -2,6 +2,7 @@
 
 mod error;
 pub mod flow;
+mod linear;
 pub mod tokenizer;
 
 pub use error::{Result, S3GenError};

@@ -416,8 +416,9 @@ impl ConvShape {
 
 /// Convolution (stride 1) with zero padding on `x (batch, t_in, c_in)` into
 /// `y (batch, t_out, c_out)`: `y` starts as the bias, then every tap adds one GEMM of the
-/// overlapping rows of `x` with its `(c_in, c_out)` slice of `w (c_out, kernel * c_in)`
-/// (tap-major). No padded or stacked copy of `x` is made.
+/// overlapping rows of `x` with its `(c_in, c_out)` slice of `w (kernel * c_in, c_out)`
+/// (tap-major rows: the transposed layout `Linear` keeps on the CPU, which the GEMM reads
+/// without repacking). No padded or stacked copy of `x` is made.
 pub(crate) fn conv1d(
     x: &[f32],
     w: &[f32],
@@ -469,9 +470,9 @@ pub(crate) fn conv1d(
                     x.as_ptr().add((b * s.t_in + x0) * s.c_in),
                     1,
                     s.c_in as isize,
-                    w.as_ptr().add(j * s.c_in),
-                    (s.kernel * s.c_in) as isize,
+                    w.as_ptr().add(j * s.c_in * s.c_out),
                     1,
+                    s.c_out as isize,
                     1.0f32,
                     1.0f32,
                     false,
@@ -640,7 +641,7 @@ mod tests {
                             if (0..9).contains(&ti) {
                                 for c in 0..5 {
                                     want += f64::from(x[(b * 9 + ti as usize) * 5 + c])
-                                        * f64::from(w[o * kernel * 5 + j * 5 + c]);
+                                        * f64::from(w[(j * 5 + c) * 4 + o]);
                                 }
                             }
                         }

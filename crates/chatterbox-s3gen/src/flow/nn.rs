@@ -8,96 +8,14 @@
 //! f32 accumulation does.
 
 use super::ops::{bias_residual_inplace, conv1d_cpu};
-use candle_core::{DType, Module, Result, Tensor, D};
+use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 
-/// `a @ b`, with bf16 on the CPU computed in f32.
-pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if a.dtype() == DType::BF16 && a.device().is_cpu() {
-        a.to_dtype(DType::F32)?
-            .matmul(&b.to_dtype(DType::F32)?)?
-            .to_dtype(DType::BF16)
-    } else {
-        a.matmul(b)
-    }
-}
+pub(crate) use crate::linear::{matmul, Linear};
 
-/// `torch.nn.Linear` on the last dimension.
-#[derive(Debug, Clone)]
-pub(crate) struct Linear {
-    /// `(out, in)`, as stored.
-    weight: Tensor,
-    bias: Option<Tensor>,
-}
-
-impl Linear {
-    pub(crate) fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
-        let weight = vb.get_with_hints(
-            (out_dim, in_dim),
-            "weight",
-            candle_nn::init::DEFAULT_KAIMING_NORMAL,
-        )?;
-        let bias = if bias {
-            let bound = 1.0 / (in_dim as f64).sqrt();
-            Some(vb.get_with_hints(
-                out_dim,
-                "bias",
-                Init::Uniform {
-                    lo: -bound,
-                    up: bound,
-                },
-            )?)
-        } else {
-            None
-        };
-        Ok(Self { weight, bias })
-    }
-
-    /// A layer from an `(out, in)` weight (already loaded or rearranged).
-    pub(crate) fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias }
-    }
-
-    pub(crate) fn weight(&self) -> &Tensor {
-        &self.weight
-    }
-
-    pub(crate) fn bias(&self) -> Option<&Tensor> {
-        self.bias.as_ref()
-    }
-
-    /// `x @ weight^T` without the bias (for a fused bias + activation / residual after it).
-    pub(crate) fn forward_no_bias(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = x.dims().to_vec();
-        let (out_dim, in_dim) = self.weight.dims2()?;
-        let rows = x.elem_count() / in_dim.max(1);
-        let x2 = if x.is_contiguous() {
-            x.reshape((rows, in_dim))?
-        } else {
-            x.contiguous()?.reshape((rows, in_dim))?
-        };
-        let y = matmul(&x2, &self.weight.t()?)?;
-        let mut out_dims = dims;
-        if let Some(last) = out_dims.last_mut() {
-            *last = out_dim;
-        }
-        y.reshape(out_dims)
-    }
-
-    /// `residual + (x @ weight^T + bias)`, fused on the CPU.
-    pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        bias_residual_inplace(self.forward_no_bias(x)?, self.bias.as_ref(), residual)
-    }
-}
-
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.forward_no_bias(x)?;
-        match &self.bias {
-            Some(b) => y.broadcast_add(b),
-            None => Ok(y),
-        }
-    }
+/// `residual + (x @ weight^T + bias)`, fused on the CPU.
+pub(crate) fn linear_residual(linear: &Linear, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+    bias_residual_inplace(linear.forward_no_bias(x)?, linear.bias(), residual)
 }
 
 /// `torch.nn.LayerNorm` over the last dimension, with its eps.
@@ -147,7 +65,7 @@ impl Conv1d {
             .contiguous()?
             .reshape((out_ch, kernel * in_ch))?;
         Ok(Self {
-            linear: Linear::from_weights(w, Some(b)),
+            linear: Linear::from_weights(w, Some(b))?,
             kernel,
             pad_left,
             pad_right,
@@ -186,22 +104,15 @@ impl Conv1d {
 
     /// `residual + conv(x)`, fused on the CPU.
     pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        self.linear.forward_residual(&self.columns(x)?, residual)
+        linear_residual(&self.linear, &self.columns(x)?, residual)
     }
 }
 
 impl Module for Conv1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if self.kernel > 1 {
-            if let Some(bias) = self.linear.bias() {
-                let fast = conv1d_cpu(
-                    x,
-                    self.linear.weight(),
-                    bias,
-                    self.kernel,
-                    self.pad_left,
-                    self.pad_right,
-                )?;
+            if let (Some(weight), Some(bias)) = (self.linear.weight_in_out(), self.linear.bias()) {
+                let fast = conv1d_cpu(x, weight, bias, self.kernel, self.pad_left, self.pad_right)?;
                 if let Some(y) = fast {
                     return Ok(y);
                 }

@@ -353,8 +353,8 @@ pub(crate) fn bias_residual_inplace(
     }
 }
 
-/// A convolution on time-major data (see [`kernels::conv1d`]); the weight is `(c_out, k c_in)`
-/// tap-major.
+/// A convolution on time-major data (see [`kernels::conv1d`]); the weight is `(k c_in, c_out)`
+/// with tap-major rows.
 struct Conv1dOp<'a> {
     weight: &'a [f32],
     bias: &'a [f32],
@@ -399,7 +399,7 @@ impl candle_core::CustomOp1 for Conv1dOp<'_> {
     }
 }
 
-/// The CPU convolution when `x`, `weight (c_out, k c_in)` and `bias` are contiguous f32 CPU
+/// The CPU convolution when `x`, `weight (k c_in, c_out)` and `bias` are contiguous f32 CPU
 /// tensors; `None` otherwise (the caller falls back to im2col).
 pub(crate) fn conv1d_cpu(
     x: &Tensor,
@@ -412,7 +412,7 @@ pub(crate) fn conv1d_cpu(
     if !(fast_path(x) && fast_path(weight) && fast_path(bias)) {
         return Ok(None);
     }
-    let c_out = weight.dim(0)?;
+    let c_out = weight.dim(1)?;
     let (w_st, _) = weight.storage_and_layout();
     let (b_st, _) = bias.storage_and_layout();
     let (candle_core::Storage::Cpu(w_cpu), candle_core::Storage::Cpu(b_cpu)) = (&*w_st, &*b_st)

@@ -3,9 +3,10 @@
 use super::fsmn::DepthwiseMemory;
 use super::rotary::RotaryEmbedding;
 use super::weights;
+use crate::linear::Linear;
 use crate::Result;
 use candle_core::{Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// Kernel of the FSMN memory block (`kernel_size=31`).
 pub const FSMN_KERNEL: usize = 31;

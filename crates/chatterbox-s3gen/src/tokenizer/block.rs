@@ -4,9 +4,10 @@ use super::attention::{AttentionMask, FSMNMultiHeadAttention};
 use super::gelu::bias_gelu;
 use super::rotary::RotaryEmbedding;
 use super::weights;
+use crate::linear::Linear;
 use crate::Result;
 use candle_core::{Module, Tensor};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, VarBuilder};
 
 /// `LayerNorm(n_state, eps=1e-5)` (both norms of the block).
 const LN_EPS: f64 = 1e-5;
@@ -19,8 +20,8 @@ const LN_EPS: f64 = 1e-5;
 pub struct ResidualAttentionBlock {
     attn: FSMNMultiHeadAttention,
     attn_ln: LayerNorm,
-    /// `mlp.0` weight `(4 n_state, n_state)` and bias, applied with the GELU fused in.
-    mlp_0: (Tensor, Tensor),
+    /// `mlp.0` (`n_state -> 4 n_state`), its bias applied with the GELU fused in.
+    mlp_0: Linear,
     mlp_2: Linear,
     mlp_ln: LayerNorm,
 }
@@ -29,11 +30,7 @@ impl ResidualAttentionBlock {
     /// Loads `attn`, `attn_ln`, `mlp.0`, `mlp.2` and `mlp_ln` under `vb`.
     pub fn new(n_state: usize, n_head: usize, vb: VarBuilder) -> Result<Self> {
         let n_mlp = n_state * 4;
-        let vb_mlp0 = vb.pp("mlp").pp("0");
-        let mlp_0 = (
-            weights::tensor(&vb_mlp0, "weight", &[n_mlp, n_state])?,
-            weights::tensor(&vb_mlp0, "bias", &[n_mlp])?,
-        );
+        let mlp_0 = weights::linear(n_state, n_mlp, true, vb.pp("mlp").pp("0"))?;
         Ok(Self {
             attn: FSMNMultiHeadAttention::new(n_state, n_head, vb.pp("attn"))?,
             attn_ln: weights::layer_norm(n_state, LN_EPS, vb.pp("attn_ln"))?,
@@ -53,12 +50,13 @@ impl ResidualAttentionBlock {
     ) -> Result<Tensor> {
         let x = (x + self.attn.forward(&self.attn_ln.forward(x)?, mask, rotary)?)?;
         let (b, t, d) = x.dims3()?;
-        let (w0, b0) = &self.mlp_0;
         let h = self
-            .mlp_ln
-            .forward(&x)?
-            .reshape((b * t, d))?
-            .matmul(&w0.t()?)?;
+            .mlp_0
+            .forward_no_bias(&self.mlp_ln.forward(&x)?.reshape((b * t, d))?)?;
+        let b0 = self
+            .mlp_0
+            .bias()
+            .ok_or_else(|| candle_core::Error::Msg("tokenizer mlp.0 has no bias".to_string()))?;
         let h = bias_gelu(&h, b0)?.reshape((b, t, ()))?;
         Ok((&x + self.mlp_2.forward(&h)?)?)
     }

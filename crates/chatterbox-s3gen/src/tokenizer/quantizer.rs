@@ -1,9 +1,10 @@
 //! Port of `FSQCodebook` / `FSQVectorQuantization` in s3tokenizer/model_v2.py: finite scalar
 //! quantisation of an 8-dim projection, 3 levels per dimension, 3^8 = 6561 codes.
 use super::weights;
+use crate::linear::Linear;
 use crate::Result;
 use candle_core::{DType, Module, Tensor, D};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// Dimensions of the projection (`Linear(dim, 8)`).
 pub const FSQ_DIM: usize = 8;

@@ -1,8 +1,9 @@
 //! Checked access to checkpoint tensors: a missing key or a wrong shape is a typed error naming
 //! the full key, not a panic or a bare candle error.
+use crate::linear::Linear;
 use crate::{Result, S3GenError};
 use candle_core::Tensor;
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, VarBuilder};
 
 fn full_key(vb: &VarBuilder, name: &str) -> String {
     let prefix = vb.prefix();
@@ -40,7 +41,7 @@ pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, vb: VarBuilder) -> R
     } else {
         None
     };
-    Ok(Linear::new(w, b))
+    Ok(Linear::from_weights(w, b)?)
 }
 
 /// `nn.LayerNorm(d, eps)` with weight and bias.

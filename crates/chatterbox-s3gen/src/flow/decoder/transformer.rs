@@ -3,7 +3,7 @@
 //! `AttnProcessor2_0` (upstream 5de7a54): self-attention only, q/k/v without bias, full
 //! (non-causal) attention with an additive key-padding bias, exact-GELU feed-forward.
 
-use super::super::nn::{layer_norm, Linear};
+use super::super::nn::{layer_norm, linear_residual, Linear};
 use super::super::ops::{bias_gelu_inplace, self_attention, KeyBias};
 use candle_core::Module;
 use candle_core::{Result, Tensor};
@@ -29,15 +29,11 @@ impl Attention {
         let v = Linear::new(dim, inner, false, vb.pp("to_v"))?;
         let scale = 1.0 / (dim_head as f64).sqrt();
         let w = Tensor::cat(
-            &[
-                q.weight().affine(scale, 0.0)?,
-                k.weight().clone(),
-                v.weight().clone(),
-            ],
+            &[q.weight()?.affine(scale, 0.0)?, k.weight()?, v.weight()?],
             0,
         )?;
         Ok(Self {
-            to_qkv: Linear::from_weights(w, None),
+            to_qkv: Linear::from_weights(w, None)?,
             to_out: Linear::new(inner, dim, true, vb.pp("to_out.0"))?,
             heads,
             dim_head,
@@ -54,7 +50,7 @@ impl Attention {
     ) -> Result<Tensor> {
         let qkv = self.to_qkv.forward_no_bias(x)?; // (b, t, 3 h d), q pre-scaled
         let y = self_attention(&qkv, self.heads, self.dim_head, key_bias)?;
-        self.to_out.forward_residual(&y, residual)
+        linear_residual(&self.to_out, &y, residual)
     }
 }
 
@@ -80,7 +76,7 @@ impl FeedForward {
     /// `residual + ff(x)`.
     pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
         let h = bias_gelu_inplace(self.proj.forward_no_bias(x)?, self.proj.bias())?;
-        self.out.forward_residual(&h, residual)
+        linear_residual(&self.out, &h, residual)
     }
 }
 
