@@ -16,11 +16,11 @@ mod cfm;
 mod config;
 mod decoder;
 mod encoder;
-mod kernels;
+pub(crate) mod kernels;
 mod mask;
 mod masked_diff;
 mod nn;
-mod ops;
+pub(crate) mod ops;
 
 pub use cfm::{t_span, CausalConditionalCFM};
 pub use config::{CfmConfig, DecoderConfig, EncoderConfig, FlowConfig, FlowOptions, TimeScheduler};

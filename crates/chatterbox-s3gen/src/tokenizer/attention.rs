@@ -3,6 +3,7 @@
 use super::fsmn::DepthwiseMemory;
 use super::rotary::RotaryEmbedding;
 use super::weights;
+use crate::flow::ops::softmax_with_bias_inplace;
 use crate::linear::Linear;
 use crate::Result;
 use candle_core::{Module, Tensor};
@@ -81,11 +82,9 @@ impl FSMNMultiHeadAttention {
         let q = (q.transpose(1, 2)? * scale)?; // (b, h, t, hd)
         let k = (k.transpose(1, 2)? * scale)?;
         let v = v.reshape((b, t, h, hd))?.transpose(1, 2)?.contiguous()?;
-        let mut qk = q.matmul(&k.t()?)?; // (b, h, t, t)
-        if let Some(m) = mask {
-            qk = qk.broadcast_add(&m.bias)?;
-        }
-        let w = candle_nn::ops::softmax_last_dim(&qk)?;
+        let qk = q.matmul(&k.t()?)?; // (b, h, t, t)
+                                     // in place and vectorised on the CPU (f32), candle's ops elsewhere
+        let w = softmax_with_bias_inplace(qk, mask.map(|m| &m.bias))?;
         let wv = w.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
         Ok((self.out.forward(&wv)? + fsm_memory)?)
     }
