@@ -288,12 +288,72 @@ pub(crate) fn attention(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<(), String> {
-    if qkv.len() != b * t * 3 * h * d || out.len() != b * t * h * d {
+    if qkv.len() != b * t * 3 * h * d {
         return Err(format!(
-            "attention: {} / {} elements for (b, t, h, d) = ({b}, {t}, {h}, {d})",
-            qkv.len(),
+            "attention: {} elements for (b, t, 3, h, d) = ({b}, {t}, 3, {h}, {d})",
+            qkv.len()
+        ));
+    }
+    let hd = h * d;
+    let src = Sources {
+        q: qkv,
+        k: qkv.get(hd..).unwrap_or_default(),
+        v: qkv.get(2 * hd..).unwrap_or_default(),
+        row: 3 * hd,
+    };
+    attention_from(&src, (b, t, h, d), bias, out)
+}
+
+/// [`attention`] from separate `q`, `k` and `v`, each `(b, t, h, d)` row-major (q scaled).
+pub(crate) fn attention_split(
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (b, t, h, d): (usize, usize, usize, usize),
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let n = b * t * h * d;
+    if q.len() != n || k.len() != n || v.len() != n {
+        return Err(format!(
+            "attention: q/k/v of {}/{}/{} elements for (b, t, h, d) = ({b}, {t}, {h}, {d})",
+            q.len(),
+            k.len(),
+            v.len()
+        ));
+    }
+    let src = Sources {
+        q,
+        k,
+        v,
+        row: h * d,
+    };
+    attention_from(&src, (b, t, h, d), bias, out)
+}
+
+/// Where the heads come from: time step `i` of batch row `bi` has head `hi` of q at
+/// `q[(bi * t + i) * row + hi * d..][..d]`, and likewise for k and v.
+struct Sources<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    row: usize,
+}
+
+fn attention_from(
+    src: &Sources,
+    (b, t, h, d): (usize, usize, usize, usize),
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), String> {
+    if out.len() != b * t * h * d {
+        return Err(format!(
+            "attention: output of {} for (b, t, h, d) = ({b}, {t}, {h}, {d})",
             out.len()
         ));
+    }
+    // every head slice read below must exist
+    let need = (b * t).saturating_sub(1) * src.row + h * d;
+    if b * t > 0 && (src.q.len() < need || src.k.len() < need || src.v.len() < need) {
+        return Err("attention: q/k/v sources too short".to_string());
     }
     if let Some(bias) = bias {
         if bias.len() != b * t {
@@ -310,7 +370,6 @@ pub(crate) fn attention(
     } else {
         (false, gemm::Parallelism::Rayon(threads))
     };
-    let row = 3 * h * d;
     let out_ptr = OutPtr(out.as_mut_ptr());
     let run = |task: usize| {
         let (bi, hi) = (task / h, task % h);
@@ -324,14 +383,11 @@ pub(crate) fn attention(
                 sized(v, t * d),
                 sized(scores, t * t),
             );
-            for (i, src) in qkv[bi * t * row..(bi + 1) * t * row]
-                .chunks_exact(row)
-                .enumerate()
-            {
-                let (qs, ks, vs) = (hi * d, h * d + hi * d, 2 * h * d + hi * d);
-                q[i * d..(i + 1) * d].copy_from_slice(&src[qs..qs + d]);
-                v[i * d..(i + 1) * d].copy_from_slice(&src[vs..vs + d]);
-                for (k, &x) in src[ks..ks + d].iter().enumerate() {
+            for i in 0..t {
+                let at = (bi * t + i) * src.row + hi * d;
+                q[i * d..(i + 1) * d].copy_from_slice(&src.q[at..at + d]);
+                v[i * d..(i + 1) * d].copy_from_slice(&src.v[at..at + d]);
+                for (k, &x) in src.k[at..at + d].iter().enumerate() {
                     kt[k * t + i] = x;
                 }
             }
@@ -566,6 +622,32 @@ mod tests {
                 "gelu({x})"
             );
         }
+    }
+
+    #[test]
+    fn split_attention_equals_fused() {
+        let (b, t, h, d) = (2, 11, 3, 4);
+        let qkv: Vec<f32> = (0..b * t * 3 * h * d)
+            .map(|i| ((i * 2654435761) % 997) as f32 / 400.0 - 1.2)
+            .collect();
+        let bias: Vec<f32> = (0..b * t)
+            .map(|i| if i % t >= 8 { -1e10 } else { 0.0 })
+            .collect();
+        let part = |which: usize| -> Vec<f32> {
+            qkv.chunks_exact(3 * h * d)
+                .flat_map(|row| row[which * h * d..(which + 1) * h * d].to_vec())
+                .collect()
+        };
+        let (q, k, v) = (part(0), part(1), part(2));
+        let mut fused = vec![0f32; b * t * h * d];
+        let mut split = vec![1f32; b * t * h * d];
+        attention(&qkv, (b, t, h, d), Some(&bias), &mut fused).unwrap();
+        attention_split((&q, &k, &v), (b, t, h, d), Some(&bias), &mut split).unwrap();
+        assert!(fused.iter().any(|x| *x != 0.0));
+        for (i, (a, c)) in fused.iter().zip(&split).enumerate() {
+            assert_eq!(a.to_bits(), c.to_bits(), "element {i}");
+        }
+        assert!(attention_split((&q, &k[1..], &v), (b, t, h, d), None, &mut split).is_err());
     }
 
     #[test]

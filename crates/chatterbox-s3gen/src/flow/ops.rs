@@ -265,6 +265,75 @@ pub(crate) fn self_attention(
     y.transpose(1, 2)?.reshape((b, t, heads * dim_head))
 }
 
+/// [`FusedAttention`] from separate `q`, `k`, `v`, each `(b, t, h d)`.
+struct SplitAttention<'a> {
+    heads: usize,
+    dim_head: usize,
+    bias: Option<&'a [f32]>,
+}
+
+impl candle_core::CustomOp3 for SplitAttention<'_> {
+    fn name(&self) -> &'static str {
+        "split-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> Result<(CpuStorage, candle_core::Shape)> {
+        let (b, t, w) = ql.shape().dims3()?;
+        let (h, d) = (self.heads, self.dim_head);
+        if w != h * d || kl.shape() != ql.shape() || vl.shape() != ql.shape() {
+            candle_core::bail!(
+                "split-attention: q {:?}, k {:?}, v {:?} for {h} heads of {d}",
+                ql.shape(),
+                kl.shape(),
+                vl.shape()
+            );
+        }
+        fn get<'s>(s: &'s CpuStorage, l: &Layout, what: &str) -> Result<&'s [f32]> {
+            let (a, z) = l.contiguous_offsets().ok_or_else(|| {
+                candle_core::Error::Msg(format!("split-attention: non-contiguous {what}"))
+            })?;
+            Ok(&s.as_slice::<f32>()?[a..z])
+        }
+        let mut out = vec![0f32; b * t * h * d];
+        kernels::attention_split(
+            (get(qs, ql, "q")?, get(ks, kl, "k")?, get(vs, vl, "v")?),
+            (b, t, h, d),
+            self.bias,
+            &mut out,
+        )
+        .map_err(candle_core::Error::Msg)?;
+        Ok((CpuStorage::F32(out), (b, t, h * d).into()))
+    }
+}
+
+/// `softmax(q k^T + bias) v` per head from separate `q` (scaled), `k` and `v`, each
+/// `(b, t, h d)`, with a `(b, t)` key bias given as its host copy: the CPU kernel of
+/// [`self_attention`]. `None` when the inputs are not contiguous f32 CPU tensors.
+pub(crate) fn self_attention_split(
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    heads: usize,
+    dim_head: usize,
+    bias: Option<&[f32]>,
+) -> Result<Option<Tensor>> {
+    if !(fast_path(q) && fast_path(k) && fast_path(v)) {
+        return Ok(None);
+    }
+    let op = SplitAttention {
+        heads,
+        dim_head,
+        bias,
+    };
+    Ok(Some(q.apply_op3_no_bwd(k, v, &op)?))
+}
+
 struct BiasGelu;
 
 impl InplaceOp2 for BiasGelu {

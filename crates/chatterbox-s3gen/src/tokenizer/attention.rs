@@ -3,10 +3,10 @@
 use super::fsmn::DepthwiseMemory;
 use super::rotary::RotaryEmbedding;
 use super::weights;
-use crate::flow::ops::softmax_with_bias_inplace;
+use crate::flow::ops::{self_attention_split, softmax_with_bias_inplace};
 use crate::linear::Linear;
 use crate::Result;
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 use candle_nn::VarBuilder;
 
 /// Kernel of the FSMN memory block (`kernel_size=31`).
@@ -78,6 +78,26 @@ impl FSMNMultiHeadAttention {
         let q = rotary.apply(&q)?;
         let k = rotary.apply(&k)?;
         let fsm_memory = self.forward_fsmn(&v, mask)?;
+
+        // On the CPU (f32): the flow's attention kernel, one task per (batch, head) for both
+        // products and the softmax, with the two `hd^-1/4` scales applied as one `hd^-1/2` on q
+        // (1/8 for the real 64-wide heads: exact).
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            let qs = (q.reshape((b, t, d))? * (hd as f64).powf(-0.5))?;
+            let host_bias = match mask {
+                Some(m) => Some(m.bias.flatten_all()?.to_vec1::<f32>()?),
+                None => None,
+            };
+            let fused = self_attention_split(
+                (&qs, &k.reshape((b, t, d))?, &v.contiguous()?),
+                h,
+                hd,
+                host_bias.as_deref(),
+            )?;
+            if let Some(wv) = fused {
+                return Ok((self.out.forward(&wv)? + fsm_memory)?);
+            }
+        }
 
         let q = (q.transpose(1, 2)? * scale)?; // (b, h, t, hd)
         let k = (k.transpose(1, 2)? * scale)?;

@@ -1,7 +1,7 @@
 //! Port of `ResidualAttentionBlock` in s3tokenizer/model_v2.py: pre-norm FSMN attention and a
 //! GELU MLP (x4), each with a residual connection.
 use super::attention::{AttentionMask, FSMNMultiHeadAttention};
-use super::gelu::bias_gelu;
+use super::gelu::bias_gelu_owned;
 use super::rotary::RotaryEmbedding;
 use super::weights;
 use crate::linear::Linear;
@@ -57,7 +57,7 @@ impl ResidualAttentionBlock {
             .mlp_0
             .bias()
             .ok_or_else(|| candle_core::Error::Msg("tokenizer mlp.0 has no bias".to_string()))?;
-        let h = bias_gelu(&h, b0)?.reshape((b, t, ()))?;
+        let h = bias_gelu_owned(h, b0)?.reshape((b, t, ()))?;
         Ok((&x + self.mlp_2.forward(&h)?)?)
     }
 }

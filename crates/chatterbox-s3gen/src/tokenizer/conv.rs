@@ -4,7 +4,7 @@
 //! with one `index_select` and multiplied by the weight in one matmul, and the bias is fused into
 //! the GELU. This keeps the encoder in the layout its transformer blocks use (no transposes) and
 //! works on every backend.
-use super::gelu::bias_gelu;
+use super::gelu::bias_gelu_owned;
 use super::weights;
 use crate::Result;
 use candle_core::{Tensor, D};
@@ -62,7 +62,7 @@ impl Conv1dGelu {
             .reshape((b * t_out, KERNEL * c_in))?;
         let y = cols.matmul(&self.weight)?;
         let c_out = y.dim(D::Minus1)?;
-        bias_gelu(&y, &self.bias)?
+        bias_gelu_owned(y, &self.bias)?
             .reshape((b, t_out, c_out))
             .map_err(Into::into)
     }

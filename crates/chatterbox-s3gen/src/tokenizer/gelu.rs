@@ -7,7 +7,20 @@
 //! tracks the reference more closely than a correctly rounded `erf` and runs about ten times
 //! faster than candle's scalar one. Other devices use candle's `gelu_erf`.
 use crate::Result;
-use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Device, InplaceOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+/// [`bias_gelu`] on a tensor the caller owns and no one else reads (a fresh matmul output):
+/// computed in place on the CPU.
+pub(crate) fn bias_gelu_owned(x: Tensor, bias: &Tensor) -> Result<Tensor> {
+    match (x.device(), x.dtype(), bias.dtype()) {
+        (Device::Cpu, DType::F32, DType::F32) if x.is_contiguous() => {
+            x.inplace_op2(&bias.contiguous()?, &CpuBiasGeluInplace)?;
+            Ok(x)
+        }
+        _ => bias_gelu(&x, bias),
+    }
+}
 
 /// `gelu(x + bias)` for `x` of shape `(..., n)` and `bias` of shape `(n,)`.
 pub fn bias_gelu(x: &Tensor, bias: &Tensor) -> Result<Tensor> {
@@ -30,7 +43,11 @@ fn exp_nonpositive(x: f32) -> f32 {
     // adding and removing 1.5 * 2^23 rounds to the nearest integer without a libm call
     const ROUND: f32 = 12_582_912.0;
     let x = x.max(-87.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    // the integer n sits in the low mantissa bits of t (|n| <= 126): read it from there rather
+    // than with a saturating float-to-int cast, which does not vectorise
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.987_569_1e-4_f32;
     p = p * r + 1.398_199_9e-3;
@@ -39,7 +56,7 @@ fn exp_nonpositive(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5; // Cephes: 5.0000001201e-1, which is 0.5 in f32
     let y = p * (r * r) + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    y * f32::from_bits((ni.wrapping_add(127) as u32) << 23)
 }
 
 /// torch's vectorised `erf`: `sign(x) * (1 - t * poly(t) * exp(-x^2))`, `t = 1 / (1 + p|x|)`.
@@ -61,16 +78,28 @@ fn gelu(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf_as(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-fn bias_gelu_rows(x: &[f32], bias: &[f32], out: &mut [f32]) {
+/// Rows per parallel task: about 64 K values.
+fn rows_per_task(n: usize) -> usize {
+    ((1 << 16) / n.max(1)).max(1)
+}
+
+/// `x <- gelu(x + bias)` over whole rows of `x`, in parallel.
+fn bias_gelu_par(x: &mut [f32], bias: &[f32]) {
+    let n = bias.len().max(1);
+    x.par_chunks_mut(rows_per_task(n) * n)
+        .for_each(|rows| bias_gelu_rows(rows, bias));
+}
+
+fn bias_gelu_rows(x: &mut [f32], bias: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the features the function is compiled for.
-            unsafe { bias_gelu_rows_avx2(x, bias, out) };
+            unsafe { bias_gelu_rows_avx2(x, bias) };
             return;
         }
     }
-    bias_gelu_rows_portable(x, bias, out)
+    bias_gelu_rows_portable(x, bias)
 }
 
 /// The same loop compiled for AVX2, which the compiler vectorises 8 lanes wide: the formula
@@ -78,20 +107,36 @@ fn bias_gelu_rows(x: &[f32], bias: &[f32], out: &mut [f32]) {
 /// computes bit for bit what the portable loop computes (checked by a test).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn bias_gelu_rows_avx2(x: &[f32], bias: &[f32], out: &mut [f32]) {
-    bias_gelu_rows_portable(x, bias, out)
+unsafe fn bias_gelu_rows_avx2(x: &mut [f32], bias: &[f32]) {
+    bias_gelu_rows_portable(x, bias)
 }
 
 #[inline(always)]
-fn bias_gelu_rows_portable(x: &[f32], bias: &[f32], out: &mut [f32]) {
-    for (o, xr) in out
-        .chunks_exact_mut(bias.len())
-        .zip(x.chunks_exact(bias.len()))
-    {
-        for ((o, &v), &b) in o.iter_mut().zip(xr).zip(bias) {
-            *o = gelu(v + b);
+fn bias_gelu_rows_portable(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            *v = gelu(*v + b);
         }
     }
+}
+
+fn check_shapes(x: &Layout, bias: &Layout) -> candle_core::Result<usize> {
+    let n = bias.shape().dims1()?;
+    if x.shape().dims().last() != Some(&n) || n == 0 {
+        candle_core::bail!(
+            "bias_gelu: input {:?} vs bias {:?}",
+            x.shape(),
+            bias.shape()
+        )
+    }
+    Ok(n)
+}
+
+fn contiguous<'a>(s: &'a [f32], l: &Layout) -> candle_core::Result<&'a [f32]> {
+    let Some((a, z)) = l.contiguous_offsets() else {
+        candle_core::bail!("bias_gelu: inputs must be contiguous")
+    };
+    Ok(&s[a..z])
 }
 
 struct CpuBiasGelu;
@@ -108,33 +153,39 @@ impl CustomOp2 for CpuBiasGelu {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let n = l2.shape().dims1()?;
-        if l1.shape().dims().last() != Some(&n) {
-            candle_core::bail!("bias_gelu: input {:?} vs bias {:?}", l1.shape(), l2.shape())
-        }
+        check_shapes(l1, l2)?;
         let (CpuStorage::F32(x), CpuStorage::F32(b)) = (s1, s2) else {
             candle_core::bail!("bias_gelu: f32 only on the cpu path")
         };
-        let (Some((x0, x1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
+        let mut out = contiguous(x, l1)?.to_vec();
+        bias_gelu_par(&mut out, contiguous(b, l2)?);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+struct CpuBiasGeluInplace;
+
+impl InplaceOp2 for CpuBiasGeluInplace {
+    fn name(&self) -> &'static str {
+        "s3tokenizer-bias-gelu-inplace"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
+        check_shapes(l1, l2)?;
+        let (CpuStorage::F32(x), CpuStorage::F32(b)) = (s1, s2) else {
+            candle_core::bail!("bias_gelu: f32 only on the cpu path")
+        };
+        let Some((a, z)) = l1.contiguous_offsets() else {
             candle_core::bail!("bias_gelu: inputs must be contiguous")
         };
-        let (x, b) = (&x[x0..x1], &b[b0..b1]);
-        let mut out = vec![0f32; x.len()];
-        let rows = x.len().checked_div(n).unwrap_or(0);
-        // split the rows over candle's thread count when there is enough work
-        let threads = candle_core::utils::get_num_threads().clamp(1, rows.max(1));
-        if threads > 1 && x.len() >= 1 << 16 {
-            let chunk = rows.div_ceil(threads) * n;
-            std::thread::scope(|s| {
-                for (o, xc) in out.chunks_mut(chunk).zip(x.chunks(chunk)) {
-                    s.spawn(move || bias_gelu_rows(xc, b, o));
-                }
-            });
-        } else {
-            bias_gelu_rows(x, b, &mut out);
-        }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        bias_gelu_par(&mut x[a..z], contiguous(b, l2)?);
+        Ok(())
     }
 }
 
@@ -162,10 +213,9 @@ mod tests {
             .map(|i| ((i * 7919) % 20_011) as f32 * 1.3e-3 - 13.0)
             .collect();
         let bias: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut fast = vec![0f32; x.len()];
-        let mut slow = vec![0f32; x.len()];
-        bias_gelu_rows(&x, &bias, &mut fast);
-        bias_gelu_rows_portable(&x, &bias, &mut slow);
+        let (mut fast, mut slow) = (x.clone(), x.clone());
+        bias_gelu_rows(&mut fast, &bias);
+        bias_gelu_rows_portable(&mut slow, &bias);
         for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
             assert_eq!(a.to_bits(), b.to_bits(), "element {i}: {a} vs {b}");
         }
