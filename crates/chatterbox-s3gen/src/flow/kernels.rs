@@ -452,6 +452,39 @@ fn attention_from(
     Ok(())
 }
 
+/// ESPnet's `rel_shift` fused with the score sum: for every `(t, t)` block of `ac` and the
+/// matching `(t, 2t - 1)` block of `bd` (`rows` blocks, row-major),
+/// `ac[i][j] <- (ac[i][j] + bd[i][t - 1 - i + j]) * scale`. The shifted row of `bd` is a
+/// contiguous slice, so no padded, reshaped or narrowed copy of `bd` is made.
+pub(crate) fn rel_shift_add(
+    ac: &mut [f32],
+    bd: &[f32],
+    t: usize,
+    scale: f32,
+) -> Result<(), String> {
+    let p = (2 * t).saturating_sub(1);
+    if t == 0 {
+        return Ok(());
+    }
+    if !ac.len().is_multiple_of(t * t) || bd.len() != ac.len() / (t * t) * t * p {
+        return Err(format!(
+            "rel_shift_add: {} scores and {} position scores for t = {t}",
+            ac.len(),
+            bd.len()
+        ));
+    }
+    ac.par_chunks_mut(t)
+        .zip(bd.par_chunks(p))
+        .enumerate()
+        .for_each(|(r, (row, pos))| {
+            let i = r % t;
+            for (a, &b) in row.iter_mut().zip(&pos[t - 1 - i..2 * t - 1 - i]) {
+                *a = (*a + b) * scale;
+            }
+        });
+    Ok(())
+}
+
 /// Geometry of a 1-D convolution over time-major `(batch, time, channels)` data.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConvShape {
@@ -622,6 +655,38 @@ mod tests {
                 "gelu({x})"
             );
         }
+    }
+
+    #[test]
+    fn rel_shift_add_matches_espnet_rel_shift() {
+        // ESPnet: pad one zero column on the left, view (p + 1, t), drop the first row, view
+        // (t, p), keep the first t columns
+        let (blocks, t) = (3usize, 5usize);
+        let p = 2 * t - 1;
+        let ac: Vec<f32> = (0..blocks * t * t)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let bd: Vec<f32> = (0..blocks * t * p)
+            .map(|i| (i as f32 * 0.11).cos())
+            .collect();
+        let mut got = ac.clone();
+        rel_shift_add(&mut got, &bd, t, 0.5).unwrap();
+        for blk in 0..blocks {
+            let x = &bd[blk * t * p..(blk + 1) * t * p];
+            let mut padded = Vec::new();
+            for i in 0..t {
+                padded.push(0.0f32);
+                padded.extend_from_slice(&x[i * p..(i + 1) * p]);
+            }
+            let shifted = &padded[t..]; // rows 1.. of the (p + 1, t) view
+            for i in 0..t {
+                for j in 0..t {
+                    let want = (ac[blk * t * t + i * t + j] + shifted[i * p + j]) * 0.5;
+                    assert_eq!(got[blk * t * t + i * t + j], want, "block {blk} ({i}, {j})");
+                }
+            }
+        }
+        assert!(rel_shift_add(&mut got, &bd[1..], t, 0.5).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use super::kernels;
 use candle_core::{
-    backend::BackendStorage, CpuStorage, DType, InplaceOp1, InplaceOp2, Layout, Result, Tensor,
+    backend::BackendStorage, CpuStorage, DType, InplaceOp1, InplaceOp2, Layout, Result, Tensor, D,
 };
 
 fn upcast(x: &Tensor) -> Result<Tensor> {
@@ -332,6 +332,67 @@ pub(crate) fn self_attention_split(
         bias,
     };
     Ok(Some(q.apply_op3_no_bwd(k, v, &op)?))
+}
+
+/// See [`kernels::rel_shift_add`].
+struct RelShiftAdd {
+    t: usize,
+    scale: f32,
+}
+
+impl InplaceOp2 for RelShiftAdd {
+    fn name(&self) -> &'static str {
+        "flow-rel-shift-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        ac: &mut CpuStorage,
+        al: &Layout,
+        bd: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<()> {
+        let (b0, b1) = bl.contiguous_offsets().ok_or_else(|| {
+            candle_core::Error::Msg("flow-rel-shift-add: non-contiguous bd".into())
+        })?;
+        let bd = &bd.as_slice::<f32>()?[b0..b1];
+        kernels::rel_shift_add(
+            f32_slice_mut(ac, al, "flow-rel-shift-add")?,
+            bd,
+            self.t,
+            self.scale,
+        )
+        .map_err(candle_core::Error::Msg)
+    }
+}
+
+/// `(ac + rel_shift(bd)) * scale` for the relative-position attention: `ac (b, h, t, t)` (the
+/// content scores, overwritten on the CPU), `bd (b, h, t, 2t - 1)` (the position scores).
+pub(crate) fn rel_shift_scores(ac: Tensor, bd: &Tensor, scale: f64) -> Result<Tensor> {
+    let (b, h, t, _) = ac.dims4()?;
+    if fast_path(&ac) && fast_path(bd) && bd.dims() == [b, h, t, (2 * t).saturating_sub(1)] {
+        ac.inplace_op2(
+            bd,
+            &RelShiftAdd {
+                t,
+                scale: scale as f32,
+            },
+        )?;
+        return Ok(ac);
+    }
+    let p = bd.dim(3)?;
+    let shifted = if p != t {
+        let padded = bd.pad_with_zeros(D::Minus1, 1, 0)?; // (b, h, t, p + 1)
+        padded
+            .reshape((b, h, p + 1, t))?
+            .narrow(2, 1, p)?
+            .contiguous()?
+            .reshape((b, h, t, p))?
+            .narrow(3, 0, p / 2 + 1)?
+    } else {
+        bd.clone()
+    };
+    (ac + shifted)?.affine(scale, 0.0)
 }
 
 struct BiasGelu;

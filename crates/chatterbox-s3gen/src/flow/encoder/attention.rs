@@ -4,8 +4,8 @@
 //! `1 / sqrt(d_k)`, padded keys filled with `-inf` before the softmax.
 
 use super::super::nn::{matmul, Linear};
-use super::super::ops::softmax_with_bias_inplace;
-use candle_core::{Module, Result, Tensor, D};
+use super::super::ops::{rel_shift_scores, softmax_with_bias_inplace};
+use candle_core::{Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
 
 /// `RelPositionMultiHeadedAttention` (with `key_bias = True`).
@@ -47,19 +47,6 @@ impl RelPositionMultiHeadedAttention {
         })
     }
 
-    /// `rel_shift`: `(b, h, t, 2t - 1)` scores over relative positions `t-1 .. -(t-1)` ->
-    /// `(b, h, t, t)` with `out[i][j] = x[i][t - 1 - i + j]` (the reference's pad-and-reshape).
-    fn rel_shift(x: &Tensor) -> Result<Tensor> {
-        let (b, h, t, p) = x.dims4()?;
-        let padded = x.pad_with_zeros(D::Minus1, 1, 0)?; // (b, h, t, p + 1)
-        padded
-            .reshape((b, h, p + 1, t))?
-            .narrow(2, 1, p)?
-            .contiguous()?
-            .reshape((b, h, t, p))?
-            .narrow(3, 0, p / 2 + 1)
-    }
-
     /// `x (b, t, d)` attends to itself; `key_bias` is `(b, 1, 1, t)` (0 or -inf) or `None`;
     /// `pos_emb` is `(1, 2t - 1, d)`.
     pub(crate) fn forward(
@@ -72,9 +59,10 @@ impl RelPositionMultiHeadedAttention {
         let (h, d_k) = (self.h, self.d_k);
         let heads = |y: Tensor| y.reshape((b, t, h, d_k));
         let q = heads(self.linear_q.forward(x)?)?; // (b, t, h, d_k)
-        let k = heads(self.linear_k.forward(x)?)?
-            .transpose(1, 2)?
-            .contiguous()?;
+                                                   // k and p transposed to (.., d_k, t): the layout the GEMM reads without repacking
+        let kt = heads(self.linear_k.forward(x)?)?
+            .permute((0, 2, 3, 1))?
+            .contiguous()?; // (b, h, d_k, t)
         let v = heads(self.linear_v.forward(x)?)?
             .transpose(1, 2)?
             .contiguous()?;
@@ -83,8 +71,8 @@ impl RelPositionMultiHeadedAttention {
             .linear_pos
             .forward(pos_emb)?
             .reshape((1, n_pos, h, d_k))?
-            .transpose(1, 2)?; // (1, h, 2t-1, d_k)
-        let p = p.broadcast_as((b, h, n_pos, d_k))?.contiguous()?;
+            .permute((0, 2, 3, 1))?; // (1, h, d_k, 2t-1)
+        let pt = p.broadcast_as((b, h, d_k, n_pos))?.contiguous()?;
         let q_u = q
             .broadcast_add(&self.pos_bias_u)?
             .transpose(1, 2)?
@@ -93,14 +81,11 @@ impl RelPositionMultiHeadedAttention {
             .broadcast_add(&self.pos_bias_v)?
             .transpose(1, 2)?
             .contiguous()?;
-        let ac = matmul(&q_u, &k.t()?)?; // (b, h, t, t)
-        let bd = matmul(&q_v, &p.t()?)?; // (b, h, t, 2t-1)
-        let bd = if bd.dims() != ac.dims() {
-            Self::rel_shift(&bd)?
-        } else {
-            bd
-        };
-        let scores = ((ac + bd)? / (d_k as f64).sqrt())?;
+        let ac = matmul(&q_u, &kt)?; // (b, h, t, t)
+        let bd = matmul(&q_v, &pt)?; // (b, h, t, 2t-1)
+                                     // rel_shift (out[i][j] = bd[i][t - 1 - i + j], the reference's pad-and-reshape) fused
+                                     // with the sum and the 1 / sqrt(d_k) scale
+        let scores = rel_shift_scores(ac, &bd, 1.0 / (d_k as f64).sqrt())?;
         let attn = softmax_with_bias_inplace(scores, key_bias)?;
         let y = matmul(&attn, &v)?; // (b, h, t, d_k)
         let y = y.transpose(1, 2)?.reshape((b, t, h * d_k))?;
