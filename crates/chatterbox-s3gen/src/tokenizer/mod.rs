@@ -15,6 +15,8 @@ mod attention;
 mod block;
 mod config;
 mod conv;
+#[cfg(feature = "cuda")]
+mod cuda_fsmn;
 mod encoder;
 mod fsmn;
 mod gelu;
