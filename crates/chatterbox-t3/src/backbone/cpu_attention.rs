@@ -120,6 +120,7 @@ fn portable_attend_head(head: &Head, scale: f32, out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::exp8::avx2::exp8;
     use super::Head;
     use std::arch::x86_64::*;
 
@@ -131,40 +132,6 @@ mod avx2 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
-    }
-
-    /// `exp` of 8 lanes (Cephes range reduction and polynomial, about 1 ulp), for arguments
-    /// `<= 0` (scores minus their maximum); below -87.3 the result is ~1e-38 instead of 0.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn exp8(x: __m256) -> __m256 {
-        let x = _mm256_max_ps(x, _mm256_set1_ps(-87.3));
-        let fx = _mm256_round_ps(
-            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-        );
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut y = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ] {
-            y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_fmadd_ps(
-            y,
-            _mm256_mul_ps(r, r),
-            _mm256_add_ps(r, _mm256_set1_ps(1.0)),
-        );
-        let n = _mm256_cvtps_epi32(fx);
-        let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_add_epi32(n, _mm256_set1_epi32(127)),
-            23,
-        ));
-        _mm256_mul_ps(y, pow2n)
     }
 
     /// The head dimension must be a multiple of 8 and at most [`MAX_D`].

@@ -4,7 +4,7 @@
 //! candle's `gelu` computes the same formula with one scalar `tanhf` per element on one thread,
 //! which was 17 % of Turbo's CPU prefill (437 x 4096 values per layer). On the CPU in f32 this
 //! runs in parallel, 8 lanes at a time, as `x · sigmoid(2u)` (the same function:
-//! `(1 + tanh u) / 2 = 1 / (1 + e^(-2u))`) with a polynomial `exp` good to ~2 ulp. Elsewhere
+//! `(1 + tanh u) / 2 = 1 / (1 + e^(-2u))`) with the CPU attention's vectorised `exp` (about 1 ulp). Elsewhere
 //! it is candle's `gelu`.
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -67,31 +67,9 @@ fn scalar(v: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::exp8::avx2::exp8;
     use super::{K0, K1};
     use std::arch::x86_64::*;
-
-    /// `e^x` for `x <= 0` (the only range used here), clamped below at `-87` where it
-    /// underflows to ~0: `x = n ln 2 + r`, `|r| <= ln 2 / 2`, degree-6 polynomial for `e^r`.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn exp_neg(x: __m256) -> __m256 {
-        let x = _mm256_max_ps(x, _mm256_set1_ps(-87.0));
-        let n = _mm256_round_ps(
-            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-        );
-        // r = x - n ln 2, in two parts for accuracy
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm256_set1_ps(1.0 / 720.0);
-        for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let scale = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-            23,
-        ));
-        _mm256_mul_ps(p, scale)
-    }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn apply(x: &[f32], out: &mut [f32]) {
@@ -108,7 +86,7 @@ mod avx2 {
                 _mm256_fmadd_ps(_mm256_mul_ps(k1, v), _mm256_mul_ps(v, v), v),
             );
             let au = _mm256_andnot_ps(sign, u);
-            let e = exp_neg(_mm256_mul_ps(_mm256_set1_ps(-2.0), au));
+            let e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0), au));
             // sigmoid(2|u|) = 1 / (1 + e); sigmoid(-2|u|) = e / (1 + e)
             let inv = _mm256_div_ps(one, _mm256_add_ps(one, e));
             let pos = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GE_OQ);

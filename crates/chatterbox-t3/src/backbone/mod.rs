@@ -4,6 +4,7 @@ mod attention;
 mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda_gemv;
+mod exp8;
 mod gelu;
 mod gemv;
 mod gpt2;
