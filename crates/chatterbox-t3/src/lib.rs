@@ -4,6 +4,8 @@ mod alignment;
 mod backbone;
 mod cond_enc;
 mod config;
+#[cfg(feature = "cuda")]
+mod cuda_ptx;
 mod decode;
 mod error;
 mod generate;

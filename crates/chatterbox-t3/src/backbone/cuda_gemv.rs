@@ -66,14 +66,7 @@ extern "C" __global__ void t3_gemv_bf16(const unsigned short* x, const unsigned 
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the T3 GEMV kernel: {e:?}"))
-    })
-    .as_ref()
-    .map(String::as_str)
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
+    crate::cuda_ptx::ptx(&PTX, SOURCE, "T3 GEMV")
 }
 
 /// Whether [`gemv`] takes `x` `(rows, k)` against `w` `(n, k)`: bf16, contiguous, 16-byte

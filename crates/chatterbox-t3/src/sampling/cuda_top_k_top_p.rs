@@ -36,44 +36,23 @@ __device__ __forceinline__ unsigned int okey(float f) {
     unsigned int u = __float_as_uint(f);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-// Block-wide reductions over 32 warps, in a fixed order; every thread gets the result.
-__device__ float block_sum(float x, float* red) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+// Block-wide reduction over 32 warps (blocks of 1024 threads), in a fixed order; every
+// thread gets the result.
+struct Sum { __device__ float operator()(float a, float b) const { return a + b; } };
+struct Max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct MinU {
+    __device__ unsigned int operator()(unsigned int a, unsigned int b) const { return min(a, b); }
+};
+template <typename T, typename Op>
+__device__ T block_reduce(T x, T* red, Op op) {
+    for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
     unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
     __syncthreads();
     if (l == 0) red[w] = x;
     __syncthreads();
     if (w == 0) {
-        float t = red[l];
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (l == 0) red[32] = t;
-    }
-    __syncthreads();
-    return red[32];
-}
-__device__ float block_max(float x, float* red) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    __syncthreads();
-    if (l == 0) red[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        float t = red[l];
-        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (l == 0) red[32] = t;
-    }
-    __syncthreads();
-    return red[32];
-}
-__device__ unsigned int block_min_u(unsigned int x, unsigned int* red) {
-    for (int o = 16; o > 0; o >>= 1) x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
-    unsigned int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    __syncthreads();
-    if (l == 0) red[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        unsigned int t = red[l];
-        for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_xor_sync(0xffffffffu, t, o));
+        T t = red[l];
+        for (int o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
         if (l == 0) red[32] = t;
     }
     __syncthreads();
@@ -128,7 +107,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
     float m = NEG_INF;
     #pragma unroll
     for (int j = 0; j < PER; j++) if (key[j] >= kth) m = fmaxf(m, val[j]);
-    m = block_max(m, red);
+    m = block_reduce(m, red, Max());
     float p[PER];
     float z = 0.0f;
     #pragma unroll
@@ -136,7 +115,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
         p[j] = (tid + j * THREADS < v && key[j] >= kth) ? expf(val[j] - m) : 0.0f;
         z += p[j];
     }
-    z = block_sum(z, red);
+    z = block_reduce(z, red, Sum());
     #pragma unroll
     for (int j = 0; j < PER; j++) p[j] = p[j] / z;
     // 3. the largest key x whose mass at or below it is at most thr
@@ -146,7 +125,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
         float s = 0.0f;
         #pragma unroll
         for (int j = 0; j < PER; j++) if (key[j] <= c) s += p[j];
-        s = block_sum(s, red);
+        s = block_reduce(s, red, Sum());
         if (s <= thr) x = c;
     }
     // 4. the smallest kept key above x (the top score if none: always keep one token)
@@ -154,7 +133,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
     #pragma unroll
     for (int j = 0; j < PER; j++)
         if (tid + j * THREADS < v && key[j] >= kth && key[j] > x) kept = min(kept, key[j]);
-    kept = block_min_u(kept, ured);
+    kept = block_reduce(kept, ured, MinU());
     if (kept == 0xffffffffu) kept = okey(m);
     #pragma unroll
     for (int j = 0; j < PER; j++) {
@@ -167,14 +146,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the T3 top-k/top-p kernel: {e:?}"))
-    })
-    .as_ref()
-    .map(String::as_str)
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
+    crate::cuda_ptx::ptx(&PTX, SOURCE, "T3 top-k/top-p")
 }
 
 /// Whether [`top_k_top_p`] takes `scores`: f32 `(rows, vocab)` on CUDA with
