@@ -62,6 +62,9 @@ pub(crate) struct Conv1d {
     cfg: ConvCfg,
     /// The CPU implicit-GEMM kernel (stride-1 convolutions loaded on the CPU).
     cpu: Option<Conv1dKernel>,
+    /// The 3xTF32 tensor-core form (stride-1 f32 convolutions loaded on a CUDA device).
+    #[cfg(feature = "cuda")]
+    cuda: Option<crate::cuda_conv::Tf32x3Conv>,
 }
 
 impl Conv1d {
@@ -96,12 +99,28 @@ impl Conv1d {
         } else {
             None
         };
+        #[cfg(feature = "cuda")]
+        let cuda = if cfg.stride == 1 {
+            crate::cuda_conv::Tf32x3Conv::new(&weight, &bias, cfg.padding, cfg.dilation)?
+        } else {
+            None
+        };
         Ok(Self {
             weight,
             bias: bias.reshape((1, c_out, 1))?,
             cfg,
             cpu,
+            #[cfg(feature = "cuda")]
+            cuda,
         })
+    }
+
+    /// Drops the 3xTF32 tensor-core form: this convolution runs in strict FP32 on a GPU too.
+    pub fn strict_fp32(self) -> Self {
+        #[cfg(feature = "cuda")]
+        return Self { cuda: None, ..self };
+        #[cfg(not(feature = "cuda"))]
+        self
     }
 
     /// The convolution as a channels-last Winograd kernel, for "same"-padded stride-1
@@ -141,6 +160,10 @@ impl Conv1d {
             };
             return cpu::conv1d(x, kernel, pre, residual);
         }
+        #[cfg(feature = "cuda")]
+        if let Some(y) = self.forward_cuda(x, act, residual, None, None)? {
+            return Ok(y);
+        }
         let x = match act {
             Act::Identity => x.clone(),
             Act::Snake(s) => s.forward_generic(x)?,
@@ -171,6 +194,38 @@ impl Conv1d {
             Some(r) => y + r,
             None => Ok(y),
         }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Conv1d {
+    /// `(sum + (conv(act(x)) + bias + residual)) / div` as one 3xTF32 tensor-core kernel
+    /// (`crate::cuda_conv`), or `None` where that kernel does not apply.
+    pub fn forward_cuda(
+        &self,
+        x: &Tensor,
+        act: Act,
+        residual: Option<&Tensor>,
+        sum: Option<&Tensor>,
+        div: Option<f32>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let contiguous_f32 = |r: &Tensor| r.is_contiguous() && r.dtype() == x.dtype();
+        let Some(conv) = self.cuda.as_ref().filter(|c| {
+            c.applies(x) && residual.is_none_or(contiguous_f32) && sum.is_none_or(contiguous_f32)
+        }) else {
+            return Ok(None);
+        };
+        use crate::cuda_conv::PreAct as P;
+        let pre = match act {
+            Act::Identity => P::Identity,
+            Act::LeakyRelu(slope) => P::LeakyRelu(slope as f32),
+            Act::Snake(s) => {
+                let (alpha, inv_alpha) = s.params();
+                P::Snake(alpha, inv_alpha)
+            }
+        };
+        let epi = crate::cuda_conv::Epilogue { residual, sum, div };
+        conv.forward(x, pre, epi).map(Some)
     }
 }
 

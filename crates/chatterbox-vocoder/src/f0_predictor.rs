@@ -25,14 +25,19 @@ impl ConvRNNF0Predictor {
             } else {
                 cfg.cond_channels
             };
-            condnet.push(Conv1d::new(
-                vb.pp("condnet").pp(2 * i),
-                c_in,
-                cfg.cond_channels,
-                3,
-                ConvCfg::same(3, 1),
-                Norm::Weight,
-            )?);
+            // Strict FP32 on every device: the F0 is integrated into the sine source's phase,
+            // which turns a small error into a large one over a long clip.
+            condnet.push(
+                Conv1d::new(
+                    vb.pp("condnet").pp(2 * i),
+                    c_in,
+                    cfg.cond_channels,
+                    3,
+                    ConvCfg::same(3, 1),
+                    Norm::Weight,
+                )?
+                .strict_fp32(),
+            );
         }
         let vc = vb.pp("classifier");
         let bound = 1.0 / (cfg.cond_channels as f64).sqrt();

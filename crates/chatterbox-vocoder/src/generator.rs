@@ -30,8 +30,6 @@ pub struct HiFTGenerator {
     f0_predictor: ConvRNNF0Predictor,
     stft: SourceStft,
     istft: InverseStft,
-    /// `num_kernels` as a `(1, 1, 1)` tensor.
-    num_kernels: Tensor,
     /// Use the fused CPU kernels for CPU tensors.
     cpu_kernels: bool,
 }
@@ -160,7 +158,6 @@ impl HiFTGenerator {
             f0_predictor,
             stft: SourceStft::new(n_fft, hop, vb.device())?,
             istft: InverseStft::new(n_fft, hop, vb.device())?,
-            num_kernels: Tensor::new(&[[[cfg.resblock_kernel_sizes.len() as f32]]], vb.device())?,
             cpu_kernels: true,
         })
     }
@@ -331,12 +328,14 @@ impl HiFTGenerator {
             let si = self.source_downs[i].forward_with(&s_stft, Act::Identity, None, fast)?;
             let si = self.source_resblocks[i].forward_with(&si, fast)?;
             x = (x + si)?;
-            let mut xs = self.resblocks[i * k].forward_with(&x, fast)?;
-            for j in 1..k {
-                xs = (xs + self.resblocks[i * k + j].forward_with(&x, fast)?)?;
+            // `xs = xs + resblock_j(x)`, then `xs / num_kernels` (a true division, as
+            // torch does it), fused into the blocks' last convolutions on CUDA.
+            let mut xs: Option<Tensor> = None;
+            for j in 0..k {
+                let div = (j + 1 == k).then_some(k as f32);
+                xs = Some(self.resblocks[i * k + j].forward_sum(&x, fast, xs.as_ref(), div)?);
             }
-            // `xs / self.num_kernels`: a true division, as torch does it.
-            x = xs.broadcast_div(&self.num_kernels)?;
+            x = xs.unwrap_or(x);
         }
         x = self
             .conv_post

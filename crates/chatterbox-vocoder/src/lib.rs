@@ -5,6 +5,8 @@ mod conv;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_conv;
 mod error;
 mod f0_predictor;
 mod generator;

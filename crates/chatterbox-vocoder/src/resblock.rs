@@ -103,6 +103,63 @@ impl ResBlock {
     }
 }
 
+impl ResBlock {
+    /// `(sum + block(x)) / div` (each part optional), the generator's
+    /// `xs = xs + resblock(x)` ... `xs / num_kernels`. On CUDA the additions and the
+    /// division are the last convolution's epilogue; elsewhere they are candle ops.
+    pub(crate) fn forward_sum(
+        &self,
+        x: &Tensor,
+        fast: bool,
+        sum: Option<&Tensor>,
+        div: Option<f32>,
+    ) -> candle_core::Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let (Some(last), false) = (self.convs1.len().checked_sub(1), x.device().is_cpu()) {
+            let mut x = x.clone();
+            for i in 0..last {
+                let xt = self.convs1[i].forward_with(
+                    &x,
+                    Act::Snake(&self.activations1[i]),
+                    None,
+                    fast,
+                )?;
+                x = self.convs2[i].forward_with(
+                    &xt,
+                    Act::Snake(&self.activations2[i]),
+                    Some(&x),
+                    fast,
+                )?;
+            }
+            let xt = self.convs1[last].forward_with(
+                &x,
+                Act::Snake(&self.activations1[last]),
+                None,
+                fast,
+            )?;
+            let act = Act::Snake(&self.activations2[last]);
+            if let Some(y) = self.convs2[last].forward_cuda(&xt, act, Some(&x), sum, div)? {
+                return Ok(y);
+            }
+            let y = self.convs2[last].forward_with(&xt, act, Some(&x), fast)?;
+            return finish(y, sum, div);
+        }
+        finish(self.forward_with(x, fast)?, sum, div)
+    }
+}
+
+/// `(sum + y) / div` with candle ops (a true division, as torch's).
+fn finish(y: Tensor, sum: Option<&Tensor>, div: Option<f32>) -> candle_core::Result<Tensor> {
+    let y = match sum {
+        Some(s) => (s + y)?,
+        None => y,
+    };
+    match div {
+        Some(d) => y.broadcast_div(&Tensor::new(d, y.device())?),
+        None => Ok(y),
+    }
+}
+
 impl Module for ResBlock {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         self.forward_with(x, true)

@@ -44,6 +44,12 @@ impl Snake {
             .map(|(a, i)| (a.as_slice(), i.as_slice()))
     }
 
+    /// `(alpha, 1 / (alpha + 1e-9))` as `(1, C, 1)` tensors.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn params(&self) -> (&Tensor, &Tensor) {
+        (&self.alpha, &self.inv_alpha)
+    }
+
     /// The activation with candle ops (every backend; one fused kernel on CUDA in f32).
     pub(crate) fn forward_generic(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         #[cfg(feature = "cuda")]

@@ -34,9 +34,20 @@ fn model(fx: &Fixture, dev: &Device) -> chatterbox_testkit::Result<HiFTGenerator
     HiFTGenerator::new(&cfg, vb).map_err(e)
 }
 
+/// The device the cases run on: the CPU, or `CHATTERBOX_PARITY_DEVICE=cuda` (or `metal`, with
+/// the crate feature) to check a GPU build against the same recordings.
+fn device() -> chatterbox_testkit::Result<Device> {
+    match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
+        None | Some("") | Some("cpu") => Ok(Device::Cpu),
+        Some("cuda") => Device::new_cuda(0).map_err(e),
+        Some("metal") => Device::new_metal(0).map_err(e),
+        Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
+    }
+}
+
 /// `decode(mel, source)` from a recorded source.
 fn decode(fx: &Fixture) -> Outputs {
-    let dev = Device::Cpu;
+    let dev = device()?;
     let hift = model(fx, &dev)?;
     let wav = hift
         .decode(&input(fx, "mel", &dev)?, &input(fx, "source", &dev)?)
@@ -47,7 +58,7 @@ fn decode(fx: &Fixture) -> Outputs {
 /// `inference` with recorded draws: the F0, the source from the recorded F0, the waveform from
 /// the recorded source (+ trim_fade), and the whole chain from the mel.
 fn inference(fx: &Fixture) -> Outputs {
-    let dev = Device::Cpu;
+    let dev = device()?;
     let hift = model(fx, &dev)?;
     let mel = input(fx, "mel", &dev)?;
     let draws = SineDraws::new(input(fx, "phase", &dev)?, input(fx, "noise", &dev)?);

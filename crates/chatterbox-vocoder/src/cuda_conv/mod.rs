@@ -1,0 +1,538 @@
+//! HiFT's stride-1 convolutions (hifigan.py's `Conv1d` layers and the `Snake` / leaky ReLU in
+//! front of them, upstream 5de7a54) on CUDA: one implicit-GEMM kernel on the tensor cores in
+//! "3xTF32", with the activation, the bias, the residual and the generator's resblock sum fused.
+//!
+//! Each f32 operand is split into `hi` (rounded to TF32's 11 significant bits) and
+//! `lo = x - hi` (exact in f32), and `x * w` is summed as `lo_w hi_x + hi_w lo_x + hi_w hi_x`
+//! on TF32 tensor cores. The dropped `lo_w lo_x` term and the TF32 truncation of the `lo`
+//! parts are below 2^-22 of each product. The tensor cores also truncate when they add, each
+//! addend aligned to the largest, so each group of 8 input channels is summed from zero there
+//! and added to the running sums in f32 (one long tensor-core accumulation was 5.8e-6 of the
+//! output's scale off an f64 reference on a 64-channel, 11-tap case; per group it is 7e-7;
+//! strict FP32 is ~1e-7, plain TF32, as PyTorch's cuDNN convolutions run, ~1e-3).
+//!
+//! One block computes 64 output channels x 128 time steps with 8 warps of 32 x 32. For each
+//! group of 8 input channels it stages the activated, split input window (128 steps plus the
+//! kernel's dilated reach) in shared memory once and runs every tap from it: no im2col. The
+//! weights are split at load time and laid out as mma fragments, read through L1.
+//!
+//! ncu on the H100 (20 s of audio): ~100 TFLOP/s of TF32 mma work (three mma per product),
+//! latency-bound at two blocks per multiprocessor (128 registers per thread).
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
+use std::sync::OnceLock;
+
+const MODULE: &str = "chatterbox_vocoder_conv_tf32x3";
+const KERNEL: &str = "hift_conv_tf32x3";
+/// Output channels, time steps and input channels per block step (must match the source).
+const BM: usize = 64;
+const BN: usize = 128;
+const BK: usize = 8;
+/// Threads per block and the input values one block stages per channel group at most
+/// (`THREADS`, `MAXP * THREADS` in the source).
+const THREADS: usize = 256;
+const MAX_STAGED: usize = 4 * THREADS;
+
+const SOURCE: &str = include_str!("kernel.cu");
+
+fn ptx() -> candle_core::Result<&'static str> {
+    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        let opts = CompileOptions {
+            // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
+            arch: Some("compute_80"),
+            ..Default::default()
+        };
+        compile_ptx_with_opts(SOURCE, opts)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("NVRTC could not compile the HiFT convolution kernel: {e:?}"))
+    })
+    .as_ref()
+    .map(String::as_str)
+    .map_err(|e| candle_core::Error::Msg(e.clone()))
+}
+
+/// Where the kernel runs, read once from `CHATTERBOX_HIFT_CONV`: unset (or `auto`) on every
+/// convolution long enough to fill the GPU, `fp32` nowhere (strict FP32 GEMMs throughout),
+/// `tf32x3` on every stride-1 f32 convolution whatever its size (the GPU parity check uses it
+/// on the tiny fixtures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Auto,
+    Fp32,
+    Always,
+}
+
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("CHATTERBOX_HIFT_CONV").as_deref() {
+        Ok("fp32") => Mode::Fp32,
+        Ok("tf32x3") => Mode::Always,
+        Ok("auto") | Err(_) => Mode::Auto,
+        Ok(other) => {
+            tracing::warn!("CHATTERBOX_HIFT_CONV={other:?} is not auto, fp32 or tf32x3: auto");
+            Mode::Auto
+        }
+    })
+}
+
+/// `x` rounded to TF32 (11 significant bits, to nearest) and the f32 remainder, as the kernel
+/// splits its input; non-finite values (and values that would round past the largest float)
+/// stay whole in `hi`.
+fn split(x: f32) -> (f32, f32) {
+    let hi = f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000);
+    if x.is_finite() && hi.is_finite() {
+        (hi, x - hi)
+    } else {
+        (x, 0.0)
+    }
+}
+
+/// The activation the kernel applies to the input first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PreAct<'a> {
+    Identity,
+    /// `(alpha, 1 / (alpha + 1e-9))`, `C_in` values each, on the device.
+    Snake(&'a Tensor, &'a Tensor),
+    LeakyRelu(f32),
+}
+
+/// A stride-1 `Conv1d` (weight `(C_out, C_in, K)` and bias) laid out for the kernel: the
+/// split weight as mma fragments, per (group of 8 input channels, tap, 16 output channels,
+/// lane) `hi a0..a3, lo a0..a3`, with zeros past `C_in` and `C_out`.
+#[derive(Debug, Clone)]
+pub(crate) struct Tf32x3Conv {
+    w: Tensor,
+    bias: Tensor,
+    c_in: usize,
+    c_out: usize,
+    c_out_pad: usize,
+    k: usize,
+    padding: usize,
+    dilation: usize,
+    /// The GPU's multiprocessors.
+    sms: usize,
+}
+
+impl Tf32x3Conv {
+    /// Lays out `weight` (f32, on a CUDA device with tensor cores) once; `None` for other
+    /// devices, dtypes or GPUs older than sm_80.
+    pub fn new(
+        weight: &Tensor,
+        bias: &Tensor,
+        padding: usize,
+        dilation: usize,
+    ) -> candle_core::Result<Option<Self>> {
+        let Device::Cuda(dev) = weight.device() else {
+            return Ok(None);
+        };
+        let (c_out, c_in, k) = weight.dims3()?;
+        let wide = 4 * (BN + (k - 1) * dilation) > MAX_STAGED;
+        // (the two staged windows then fit in 48 KiB of shared memory)
+        if weight.dtype() != DType::F32 || bias.dtype() != DType::F32 || wide {
+            return Ok(None);
+        }
+        let Some(sms) = tensor_core_sms(dev)? else {
+            return Ok(None);
+        };
+        dev.get_or_load_custom_func(KERNEL, MODULE, ptx()?)?;
+        let c_out_pad = c_out.next_multiple_of(BM);
+        let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
+        let src = weight.flatten_all()?.to_vec1::<f32>()?;
+        // mma fragments: per (channel group, tap, 16 output channels, lane) the four values
+        // a0..a3 = w[o + {0, 8, 0, 8}][c + {0, 0, 4, 4}] with o = 16 m + lane / 4,
+        // c = 8 cc + lane % 4, as hi then lo; zeros past c_in and c_out.
+        let mut w = vec![0f32; chunks * k * m_tiles * 32 * 8];
+        for cc in 0..chunks {
+            for j in 0..k {
+                for m in 0..m_tiles {
+                    for lane in 0..32 {
+                        let at = (((cc * k + j) * m_tiles + m) * 32 + lane) * 8;
+                        for (i, (d_o, d_c)) in
+                            [(0, 0), (8, 0), (0, 4), (8, 4)].into_iter().enumerate()
+                        {
+                            let (o, c) = (16 * m + lane / 4 + d_o, BK * cc + lane % 4 + d_c);
+                            if o < c_out && c < c_in {
+                                let (hi, lo) = split(src[(o * c_in + c) * k + j]);
+                                w[at + i] = hi;
+                                w[at + 4 + i] = lo;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(Self {
+            w: Tensor::from_vec(w, chunks * k * m_tiles * 32 * 8, weight.device())?,
+            bias: bias.flatten_all()?.contiguous()?,
+            c_in,
+            c_out,
+            c_out_pad,
+            k,
+            padding,
+            dilation,
+            sms,
+        }))
+    }
+
+    /// Whether [`Self::forward`] takes `x`: f32, contiguous `(B, C_in, T)` on the weight's
+    /// device, long enough to give every multiprocessor a block (below that cuBLAS's FP32
+    /// GEMMs, which split smaller problems further, are faster).
+    pub fn applies(&self, x: &Tensor) -> bool {
+        let Ok((b, _, t)) = x.dims3() else {
+            return false;
+        };
+        let t_out = (t + 2 * self.padding).saturating_sub(self.dilation * (self.k - 1));
+        let fills = b * t_out.div_ceil(BN) * self.c_out.div_ceil(BM) >= self.sms;
+        x.dtype() == DType::F32
+            && x.is_contiguous()
+            && x.device().same_device(self.w.device())
+            && match mode() {
+                Mode::Auto => fills,
+                Mode::Fp32 => false,
+                Mode::Always => true,
+            }
+    }
+
+    /// `conv1d(act(x)) + bias` and the epilogue's additions: `(B, C_in, T)` in,
+    /// `(B, C_out, T_out)` out.
+    pub fn forward(&self, x: &Tensor, act: PreAct, epi: Epilogue) -> candle_core::Result<Tensor> {
+        let (b, c, t) = x.dims3()?;
+        if c != self.c_in {
+            candle_core::bail!("hift conv1d: {c} input channels, expected {}", self.c_in)
+        }
+        let Some(t_out) = (t + 2 * self.padding)
+            .checked_sub(self.dilation * (self.k - 1))
+            .filter(|&n| n > 0)
+        else {
+            candle_core::bail!("hift conv1d: input of {t} samples is too short")
+        };
+        for r in [epi.residual, epi.sum].into_iter().flatten() {
+            if r.dims() != [b, self.c_out, t_out] || !r.is_contiguous() || r.dtype() != DType::F32 {
+                candle_core::bail!(
+                    "hift conv1d: an addend {:?} for an output ({b}, {}, {t_out})",
+                    r.dims(),
+                    self.c_out
+                )
+            }
+        }
+        if epi.div == Some(0.0) {
+            candle_core::bail!("hift conv1d: division by zero")
+        }
+        let (snake, slope) = match act {
+            PreAct::Identity => (None, 0.0),
+            PreAct::Snake(alpha, inv) => (Some((alpha, inv)), 0.0),
+            PreAct::LeakyRelu(slope) => (None, slope),
+        };
+        if let Some((a, i)) = snake {
+            if a.elem_count() != c
+                || i.elem_count() != c
+                || !a.is_contiguous()
+                || !i.is_contiguous()
+            {
+                candle_core::bail!("hift conv1d: Snake parameters for {c} channels expected")
+            }
+        }
+        let op = ConvOp {
+            conv: self,
+            t_out,
+            act: match act {
+                PreAct::Identity => 0,
+                PreAct::Snake(..) => 1,
+                PreAct::LeakyRelu(_) => 2,
+            },
+            snake,
+            slope,
+            epi,
+        };
+        x.apply_op1_no_bwd(&op)
+    }
+}
+
+/// The multiprocessor count of `dev` if it has TF32 tensor cores (compute capability 8.0 or
+/// newer).
+fn tensor_core_sms(dev: &CudaDevice) -> candle_core::Result<Option<usize>> {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
+    let ctx = dev.cuda_stream().context().clone();
+    let major = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .w()?;
+    let sms = ctx
+        .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .w()?;
+    Ok((major >= 8).then_some(sms.max(1) as usize))
+}
+
+/// What the kernel adds to `conv + bias`, in this order (as the reference's separate ops):
+/// `+ residual`, then `sum +`, then `/ div`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Epilogue<'a> {
+    pub residual: Option<&'a Tensor>,
+    pub sum: Option<&'a Tensor>,
+    pub div: Option<f32>,
+}
+
+struct ConvOp<'a> {
+    conv: &'a Tf32x3Conv,
+    t_out: usize,
+    act: i32,
+    snake: Option<(&'a Tensor, &'a Tensor)>,
+    slope: f32,
+    epi: Epilogue<'a>,
+}
+
+/// The CUDA storage of a contiguous f32 tensor, read-locked.
+fn cuda_of(t: &Tensor) -> candle_core::Result<(candle_core::StorageRef<'_>, usize, usize)> {
+    let (s, l) = t.storage_and_layout();
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("hift conv1d: operands must be contiguous")
+    };
+    if !matches!(&*s, Storage::Cuda(_)) {
+        candle_core::bail!("hift conv1d: operands must be on the CUDA device")
+    }
+    Ok((s, start, end))
+}
+
+fn slice<'a>(
+    s: &'a Storage,
+    start: usize,
+    end: usize,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
+    match s {
+        Storage::Cuda(c) => Ok(c.as_cuda_slice::<f32>()?.slice(start..end)),
+        _ => candle_core::bail!("hift conv1d: operands must be on the CUDA device"),
+    }
+}
+
+impl CustomOp1 for ConvOp<'_> {
+    fn name(&self) -> &'static str {
+        "hift-conv1d-tf32x3"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("hift-conv1d-tf32x3: CUDA only (the CPU has its own kernel)")
+    }
+
+    fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let cv = self.conv;
+        let (b, _, t) = xl.shape().dims3()?;
+        let t_out = self.t_out;
+        if [b * cv.c_in * t, b * cv.c_out * t_out, t + 2 * cv.padding]
+            .iter()
+            .any(|&v| v > i32::MAX as usize)
+            || b > 65535
+        {
+            candle_core::bail!("hift conv1d: sizes past 31 bits")
+        }
+        let Some((xs, xe)) = xl.contiguous_offsets() else {
+            candle_core::bail!("hift conv1d: input must be contiguous")
+        };
+        let xv = x.as_cuda_slice::<f32>()?.slice(xs..xe);
+        let (ws, w0, w1) = cuda_of(&cv.w)?;
+        let (bs, b0, b1) = cuda_of(&cv.bias)?;
+        let wv = slice(&ws, w0, w1)?;
+        let bv = slice(&bs, b0, b1)?;
+        // Placeholders the kernel never reads stand in for absent operands.
+        let (ps, p0, p1) = match self.snake {
+            Some((a, _)) => cuda_of(a)?,
+            None => cuda_of(&cv.bias)?,
+        };
+        let (qs, q0, q1) = match self.snake {
+            Some((_, i)) => cuda_of(i)?,
+            None => cuda_of(&cv.bias)?,
+        };
+        let (rs, r0, r1) = match self.epi.residual {
+            Some(r) => cuda_of(r)?,
+            None => cuda_of(&cv.bias)?,
+        };
+        let (ss, s0, s1) = match self.epi.sum {
+            Some(r) => cuda_of(r)?,
+            None => cuda_of(&cv.bias)?,
+        };
+        let (av, iv, rv, sv) = (
+            slice(&ps, p0, p1)?,
+            slice(&qs, q0, q1)?,
+            slice(&rs, r0, r1)?,
+            slice(&ss, s0, s1)?,
+        );
+
+        let dev: &CudaDevice = &x.device;
+        let func = dev.get_or_load_custom_func(KERNEL, MODULE, ptx()?)?;
+        let span = BN + (cv.k - 1) * cv.dilation;
+        // the next stride >= span that is 2 mod 8 (in float4): conflict-free fragment loads
+        let xs_stride = (span + 6).next_multiple_of(8) - 6;
+        // two staged windows
+        let smem = 2 * 4 * xs_stride * 16;
+        if 4 * span > MAX_STAGED || smem > 48 * 1024 {
+            // `Tf32x3Conv::new` does not build one for such a kernel
+            candle_core::bail!(
+                "hift conv1d: {} taps at dilation {} are too wide",
+                cv.k,
+                cv.dilation
+            )
+        }
+        // SAFETY: the kernel writes every value of `y`.
+        let y = unsafe { dev.alloc::<f32>(b * cv.c_out * t_out)? };
+        let ints = [
+            cv.c_in,
+            cv.c_out,
+            cv.c_out_pad / 16,
+            cv.k,
+            t,
+            t_out,
+            cv.dilation,
+            cv.padding,
+        ]
+        .map(|v| v as i32);
+        let (has_res, has_sum) = (
+            self.epi.residual.is_some() as i32,
+            self.epi.sum.is_some() as i32,
+        );
+        let div = self.epi.div.unwrap_or(0.0);
+        let xs_stride = xs_stride as i32;
+        let mut builder = func.builder();
+        builder.arg(&xv);
+        builder.arg(&wv);
+        builder.arg(&bv);
+        builder.arg(&rv);
+        builder.arg(&sv);
+        builder.arg(&av);
+        builder.arg(&iv);
+        builder.arg(&y);
+        for v in &ints {
+            builder.arg(v);
+        }
+        builder.arg(&self.act);
+        builder.arg(&self.slope);
+        builder.arg(&has_res);
+        builder.arg(&has_sum);
+        builder.arg(&div);
+        builder.arg(&xs_stride);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                t_out.div_ceil(BN) as u32,
+                cv.c_out.div_ceil(BM) as u32,
+                b as u32,
+            ),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        // SAFETY: reads `x` (b * c_in * t values, bounds checked per element), the laid-out
+        // weight fragments (chunks * k * m_tiles * 64 float4, every index inside), `c_out` biases,
+        // `c_in` Snake parameters when act == 1, the residual and the sum (b * c_out * t_out
+        // each, checked in `forward`) when has_res / has_sum; writes `y` inside its
+        // b * c_out * t_out values.
+        unsafe { builder.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(y, dev.clone()),
+            Shape::from((b, cv.c_out, t_out)),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_exact_and_hi_has_eleven_bits() {
+        for x in [1.0f32, -3.7, 1e-30, 123456.79, f32::MIN_POSITIVE, 0.1, -0.0] {
+            let (hi, lo) = split(x);
+            assert_eq!(hi + lo, x);
+            assert_eq!(hi.to_bits() & 0x1fff, 0, "{x}");
+            assert!(lo.abs() <= x.abs() * 2f32.powi(-12), "{x}");
+        }
+        assert_eq!(split(f32::MAX), (f32::MAX, 0.0));
+        assert!(split(f32::NAN).0.is_nan());
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn matches_an_f64_convolution() -> candle_core::Result<()> {
+        let dev = Device::new_cuda(0)?;
+        for (c_in, c_out, k, pad, dil, t) in [
+            (5, 7, 3, 3, 3, 1001),
+            (64, 64, 11, 25, 5, 3000),
+            (18, 64, 7, 3, 1, 517),
+        ] {
+            let x = (Tensor::randn(0f32, 2.0, (2, c_in, t), &dev)? * 3.0)?;
+            let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
+            let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
+            let conv = Tf32x3Conv::new(&w, &bias, pad, dil)?.expect("cuda f32");
+            let got = conv.forward(&x, PreAct::Identity, Epilogue::default())?;
+            let got = got
+                .broadcast_sub(&bias.reshape((1, c_out, 1))?)?
+                .to_dtype(DType::F64)?;
+            let want = x.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.conv1d(
+                &w.to_dtype(DType::F64)?.to_device(&Device::Cpu)?,
+                pad,
+                1,
+                dil,
+                1,
+            )?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f64>()?;
+            let err = (got.to_device(&Device::Cpu)? - &want)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f64>()?;
+            eprintln!(
+                "{c_in}x{k}: max error {err:e}, {:e} of the scale",
+                err / scale
+            );
+            // strict f32 is ~1e-7 of the scale here; plain TF32 ~1e-3
+            assert!(err <= 1e-6 * scale, "{c_in}x{k}: {err} of {scale}");
+
+            // the fused activations against candle's on the same input
+            let alpha = Tensor::rand(0.1f32, 2.0, (1, c_in, 1), &dev)?;
+            let inv = (alpha.clone() + 1e-9)?.recip()?;
+            let snaked = crate::cuda::snake(&x, &alpha, &inv)?;
+            let leaky = crate::conv::leaky_relu(&x, 0.1)?;
+            for (pre, xa) in [
+                (PreAct::Snake(&alpha, &inv), snaked),
+                (PreAct::LeakyRelu(0.1), leaky),
+            ] {
+                let got = conv
+                    .forward(&x, pre, Epilogue::default())?
+                    .broadcast_sub(&bias.reshape((1, c_out, 1))?)?
+                    .to_dtype(DType::F64)?
+                    .to_device(&Device::Cpu)?;
+                let want = xa.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.conv1d(
+                    &w.to_dtype(DType::F64)?.to_device(&Device::Cpu)?,
+                    pad,
+                    1,
+                    dil,
+                    1,
+                )?;
+                let scale = want.abs()?.max_all()?.to_scalar::<f64>()?;
+                let err = (got - &want)?.abs()?.max_all()?.to_scalar::<f64>()?;
+                assert!(err <= 1e-6 * scale, "{pre:?}: {err} of {scale}");
+            }
+
+            // the residual is added after the bias, as `(conv + bias) + residual`
+            let plain = conv.forward(&x, PreAct::Identity, Epilogue::default())?;
+            let r = Tensor::randn(0f32, 1.0, plain.dims(), &dev)?;
+            let sum = Tensor::randn(0f32, 1.0, plain.dims(), &dev)?;
+            let epi = |residual, sum, div| Epilogue { residual, sum, div };
+            let max_diff = |a: Tensor, b: Tensor| -> candle_core::Result<f32> {
+                (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+            };
+            let fused = conv.forward(&x, PreAct::Identity, epi(Some(&r), None, None))?;
+            assert_eq!(max_diff(fused, (&plain + &r)?)?, 0.0);
+            // `(sum + ((conv + bias) + residual)) / 3`, as the generator's separate ops
+            let e = epi(Some(&r), Some(&sum), Some(3.0));
+            let fused = conv.forward(&x, PreAct::Identity, e)?;
+            let three = Tensor::new(3f32, &dev)?;
+            let want = (&sum + (&plain + &r)?)?.broadcast_div(&three)?;
+            assert_eq!(max_diff(fused, want)?, 0.0);
+            let bad = epi(Some(&x), None, None);
+            assert!(conv.forward(&x, PreAct::Identity, bad).is_err() || c_in == c_out);
+        }
+        Ok(())
+    }
+}
