@@ -151,9 +151,18 @@ macro_rules! dispatch {
         fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $generic::<true>($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) {
                     $generic::<true>($($arg),*)
+                }
+                if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU supports the features `avx512` is compiled for.
+                    unsafe { avx512($($arg),*) };
+                    return;
                 }
                 if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU supports the features `avx2` is compiled for.
