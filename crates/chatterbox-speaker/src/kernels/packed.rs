@@ -273,6 +273,36 @@ fn segs<'a, const R: usize>(
         .collect()
 }
 
+/// `rows < 6` rows from `r` against every panel, with enough panels per call to keep at least
+/// 8 accumulators in flight: a 16-column panel is two AVX2 registers but one AVX-512
+/// register (the LSTM's recurrence runs 3-4 rows per thread). Which columns share a call does
+/// not change any sum's order.
+#[allow(clippy::too_many_arguments)]
+fn few_rows<'a>(
+    rows: usize,
+    r: usize,
+    pieces: &[(usize, usize, usize)],
+    chunk_len: usize,
+    row: &impl Fn(usize, usize) -> &'a [f32],
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    match (rows, wide_registers()) {
+        (0, _) => {}
+        (1, false) => all_panels::<1, 6>(r, pieces, chunk_len, row, b, c, ldc),
+        (2, false) => all_panels::<2, 2>(r, pieces, chunk_len, row, b, c, ldc),
+        (3, false) => all_panels::<3, 1>(r, pieces, chunk_len, row, b, c, ldc),
+        (4, false) => all_panels::<4, 1>(r, pieces, chunk_len, row, b, c, ldc),
+        (_, false) => all_panels::<5, 1>(r, pieces, chunk_len, row, b, c, ldc),
+        (1, true) => all_panels::<1, 8>(r, pieces, chunk_len, row, b, c, ldc),
+        (2, true) => all_panels::<2, 4>(r, pieces, chunk_len, row, b, c, ldc),
+        (3, true) => all_panels::<3, 3>(r, pieces, chunk_len, row, b, c, ldc),
+        (4, true) => all_panels::<4, 2>(r, pieces, chunk_len, row, b, c, ldc),
+        (_, true) => all_panels::<5, 2>(r, pieces, chunk_len, row, b, c, ldc),
+    }
+}
+
 /// Rows `r..r + R` (a single small block) against every panel: `P` panels per call where
 /// possible, so that few rows still keep enough accumulators busy.
 #[allow(clippy::too_many_arguments)]
@@ -328,13 +358,7 @@ pub(crate) fn gemm_rows<'a>(
             let (full, rem) = (mr / MR, mr % MR);
             let c = &mut cbuf[..];
             if full == 0 {
-                match rem {
-                    1 => all_panels::<1, 6>(rb, pieces, chunk_len, &row, b, c, ldc),
-                    2 => all_panels::<2, 2>(rb, pieces, chunk_len, &row, b, c, ldc),
-                    3 => all_panels::<3, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
-                    4 => all_panels::<4, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
-                    _ => all_panels::<5, 1>(rb, pieces, chunk_len, &row, b, c, ldc),
-                }
+                few_rows(rem, rb, pieces, chunk_len, &row, b, c, ldc);
                 continue;
             }
             let subs: Vec<Vec<Seg<6>>> = (0..full)
@@ -361,14 +385,7 @@ pub(crate) fn gemm_rows<'a>(
                 }
             }
             let (r, c) = (rb + full * MR, &mut c[full * MR * ldc..]);
-            match rem {
-                0 => {}
-                1 => all_panels::<1, 6>(r, pieces, chunk_len, &row, b, c, ldc),
-                2 => all_panels::<2, 2>(r, pieces, chunk_len, &row, b, c, ldc),
-                3 => all_panels::<3, 1>(r, pieces, chunk_len, &row, b, c, ldc),
-                4 => all_panels::<4, 1>(r, pieces, chunk_len, &row, b, c, ldc),
-                _ => all_panels::<5, 1>(r, pieces, chunk_len, &row, b, c, ldc),
-            }
+            few_rows(rem, r, pieces, chunk_len, &row, b, c, ldc);
         }
         for i in 0..mr {
             emit(rb + i, &cbuf[i * ldc..i * ldc + n]);

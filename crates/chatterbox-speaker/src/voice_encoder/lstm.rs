@@ -202,14 +202,17 @@ fn recur(xp: &[f32], t: usize, hidden: usize, w_hh: &PackedB, out: &mut [f32], a
     let mut c = vec![0f32; rows * hidden];
     let mut gates = vec![0f32; rows * g];
     for s in 0..t {
-        for r in 0..rows {
-            gates[r * g..(r + 1) * g].copy_from_slice(&xp[(r * t + s) * g..(r * t + s + 1) * g]);
-        }
-        if s > 0 {
+        let xp_row = |r: usize| &xp[(r * t + s) * g..(r * t + s + 1) * g];
+        if s == 0 {
+            for r in 0..rows {
+                gates[r * g..(r + 1) * g].copy_from_slice(xp_row(r));
+            }
+        } else {
+            // gates = xp + h · W_hh^T, written in one pass
             let row = |_: usize, r: usize| &h[r * hidden..(r + 1) * hidden];
             gemm_rows(0, rows, 1, hidden, row, w_hh, |r, v| {
-                for (o, v) in gates[r * g..(r + 1) * g].iter_mut().zip(v) {
-                    *o += v;
+                for ((o, x), v) in gates[r * g..(r + 1) * g].iter_mut().zip(xp_row(r)).zip(v) {
+                    *o = x + v;
                 }
             });
         }
