@@ -142,6 +142,15 @@ impl MelFilterbank {
     /// Applies the filters to a frame and writes into a column of a `(n_mels, n_frames)`
     /// matrix.
     #[inline]
+    /// The filters applied to `spectrum`, into `out` (`n_mels` values), with the sums of
+    /// [`MelFilterbank::apply_to_column`].
+    pub(crate) fn apply_to_slice(&self, spectrum: &[f32], out: &mut [f32]) {
+        for (o, (start, w)) in out.iter_mut().zip(&self.filters) {
+            let s = &spectrum[*start..start + w.len()];
+            *o = w.iter().zip(s).map(|(a, b)| a * b).sum();
+        }
+    }
+
     pub(crate) fn apply_to_column(&self, spectrum: &[f32], out: &mut Matrix, t: usize) {
         let cols = out.cols();
         let data = out.as_mut_slice();

@@ -180,6 +180,58 @@ impl Stft {
         }
         Ok(n_frames)
     }
+
+    /// Transforms `x` on rayon's threads, in runs of `run` consecutive frames: each run gets a
+    /// state `init(frames_in_run)`, then `f(&mut state, i, bins)` for its `i`-th frame in
+    /// order. Returns the states in run order. Each frame's values are exactly those of
+    /// [`Stft::for_each_frame`].
+    pub fn par_frame_runs<T: Send>(
+        &self,
+        x: &[f32],
+        run: usize,
+        init: impl Fn(usize) -> T + Sync,
+        f: impl Fn(&mut T, usize, &[Complex32]) + Sync,
+    ) -> Result<Vec<T>> {
+        use rayon::prelude::*;
+        check_signal("stft input", x)?;
+        let padded;
+        let signal: &[f32] = if self.center {
+            padded = reflect_pad("stft input", x, self.n_fft / 2)?;
+            &padded
+        } else {
+            x
+        };
+        let n_frames = self.num_frames(x.len());
+        if n_frames == 0 {
+            return Err(DspError::TooShort {
+                what: "stft input".into(),
+                len: x.len(),
+                min: self.n_fft,
+            });
+        }
+        let run = run.max(1);
+        (0..n_frames.div_ceil(run))
+            .into_par_iter()
+            .map(|r| {
+                let frames = r * run..(n_frames).min((r + 1) * run);
+                let mut state = init(frames.len());
+                let mut frame = vec![0f32; self.n_fft];
+                let mut bins = vec![Complex32::new(0.0, 0.0); self.n_freq()];
+                let mut scratch = self.fft.make_scratch_vec();
+                for (i, t) in frames.enumerate() {
+                    let src = &signal[t * self.hop..t * self.hop + self.n_fft];
+                    for ((d, &s), &w) in frame.iter_mut().zip(src).zip(&self.window) {
+                        *d = s * w;
+                    }
+                    self.fft
+                        .process_with_scratch(&mut frame, &mut bins, &mut scratch)
+                        .map_err(|e| invalid("stft", e.to_string()))?;
+                    f(&mut state, i, &bins);
+                }
+                Ok(state)
+            })
+            .collect()
+    }
 }
 
 /// A planned inverse STFT matching `torch.istft(..., center=True/False, length=None)`:
