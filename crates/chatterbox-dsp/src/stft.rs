@@ -3,6 +3,7 @@
 use crate::error::{check_signal, invalid, DspError, Result};
 use realfft::num_complex::Complex32;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// A complex spectrogram, frame-major: frame `t` is `data[t * n_freq..(t + 1) * n_freq]`
@@ -149,34 +150,10 @@ impl Stft {
         x: &[f32],
         mut f: impl FnMut(usize, &[Complex32]),
     ) -> Result<usize> {
-        check_signal("stft input", x)?;
-        let padded;
-        let signal: &[f32] = if self.center {
-            padded = reflect_pad("stft input", x, self.n_fft / 2)?;
-            &padded
-        } else {
-            x
-        };
-        let n_frames = self.num_frames(x.len());
-        if n_frames == 0 {
-            return Err(DspError::TooShort {
-                what: "stft input".into(),
-                len: x.len(),
-                min: self.n_fft,
-            });
-        }
-        let mut frame = vec![0f32; self.n_fft];
-        let mut bins = vec![Complex32::new(0.0, 0.0); self.n_freq()];
-        let mut scratch = self.fft.make_scratch_vec();
+        let (signal, n_frames) = self.framed(x)?;
+        let mut work = self.work();
         for t in 0..n_frames {
-            let src = &signal[t * self.hop..t * self.hop + self.n_fft];
-            for ((d, &s), &w) in frame.iter_mut().zip(src).zip(&self.window) {
-                *d = s * w;
-            }
-            self.fft
-                .process_with_scratch(&mut frame, &mut bins, &mut scratch)
-                .map_err(|e| invalid("stft", e.to_string()))?;
-            f(t, &bins);
+            f(t, work.transform(self, &signal, t)?);
         }
         Ok(n_frames)
     }
@@ -193,13 +170,29 @@ impl Stft {
         f: impl Fn(&mut T, usize, &[Complex32]) + Sync,
     ) -> Result<Vec<T>> {
         use rayon::prelude::*;
+        let (signal, n_frames) = self.framed(x)?;
+        let run = run.max(1);
+        (0..n_frames.div_ceil(run))
+            .into_par_iter()
+            .map(|r| {
+                let frames = r * run..n_frames.min((r + 1) * run);
+                let mut state = init(frames.len());
+                let mut work = self.work();
+                for (i, t) in frames.enumerate() {
+                    f(&mut state, i, work.transform(self, &signal, t)?);
+                }
+                Ok(state)
+            })
+            .collect()
+    }
+
+    /// `x` checked and padded as the frames read it, and the number of frames.
+    fn framed<'a>(&self, x: &'a [f32]) -> Result<(Cow<'a, [f32]>, usize)> {
         check_signal("stft input", x)?;
-        let padded;
-        let signal: &[f32] = if self.center {
-            padded = reflect_pad("stft input", x, self.n_fft / 2)?;
-            &padded
+        let signal = if self.center {
+            Cow::Owned(reflect_pad("stft input", x, self.n_fft / 2)?)
         } else {
-            x
+            Cow::Borrowed(x)
         };
         let n_frames = self.num_frames(x.len());
         if n_frames == 0 {
@@ -209,28 +202,36 @@ impl Stft {
                 min: self.n_fft,
             });
         }
-        let run = run.max(1);
-        (0..n_frames.div_ceil(run))
-            .into_par_iter()
-            .map(|r| {
-                let frames = r * run..(n_frames).min((r + 1) * run);
-                let mut state = init(frames.len());
-                let mut frame = vec![0f32; self.n_fft];
-                let mut bins = vec![Complex32::new(0.0, 0.0); self.n_freq()];
-                let mut scratch = self.fft.make_scratch_vec();
-                for (i, t) in frames.enumerate() {
-                    let src = &signal[t * self.hop..t * self.hop + self.n_fft];
-                    for ((d, &s), &w) in frame.iter_mut().zip(src).zip(&self.window) {
-                        *d = s * w;
-                    }
-                    self.fft
-                        .process_with_scratch(&mut frame, &mut bins, &mut scratch)
-                        .map_err(|e| invalid("stft", e.to_string()))?;
-                    f(&mut state, i, &bins);
-                }
-                Ok(state)
-            })
-            .collect()
+        Ok((signal, n_frames))
+    }
+
+    fn work(&self) -> FrameWork {
+        FrameWork {
+            frame: vec![0f32; self.n_fft],
+            bins: vec![Complex32::new(0.0, 0.0); self.n_freq()],
+            scratch: self.fft.make_scratch_vec(),
+        }
+    }
+}
+
+/// The buffers of one frame's transform.
+struct FrameWork {
+    frame: Vec<f32>,
+    bins: Vec<Complex32>,
+    scratch: Vec<Complex32>,
+}
+
+impl FrameWork {
+    /// The bins of frame `t` of the padded `signal`: windowed, then the real FFT.
+    fn transform(&mut self, stft: &Stft, signal: &[f32], t: usize) -> Result<&[Complex32]> {
+        let src = &signal[t * stft.hop..t * stft.hop + stft.n_fft];
+        for ((d, &s), &w) in self.frame.iter_mut().zip(src).zip(&stft.window) {
+            *d = s * w;
+        }
+        stft.fft
+            .process_with_scratch(&mut self.frame, &mut self.bins, &mut self.scratch)
+            .map_err(|e| invalid("stft", e.to_string()))?;
+        Ok(&self.bins)
     }
 }
 

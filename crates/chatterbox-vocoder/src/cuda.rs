@@ -68,10 +68,26 @@ extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsign
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
+    compile_once(&PTX, SOURCE, None, "HiFT kernels")
+}
+
+/// The PTX of `source` for `arch` (NVRTC's default when `None`), compiled on the first call
+/// with `cell`; `what` names the kernels in the error.
+pub(crate) fn compile_once(
+    cell: &'static OnceLock<Result<String, String>>,
+    source: &str,
+    arch: Option<&'static str>,
+    what: &str,
+) -> candle_core::Result<&'static str> {
+    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    cell.get_or_init(|| {
+        let opts = CompileOptions {
+            arch,
+            ..Default::default()
+        };
+        compile_ptx_with_opts(source, opts)
             .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the HiFT kernels: {e:?}"))
+            .map_err(|e| format!("NVRTC could not compile the {what}: {e:?}"))
     })
     .as_ref()
     .map(String::as_str)
@@ -95,7 +111,8 @@ pub(crate) fn applies(x: &Tensor) -> bool {
     x.device().is_cuda() && x.dtype() == DType::F32 && x.is_contiguous() && x.rank() == 3
 }
 
-fn f32_view<'a>(
+/// The f32 values of a contiguous CUDA operand.
+pub(crate) fn f32_view<'a>(
     s: &'a CudaStorage,
     l: &Layout,
     what: &str,

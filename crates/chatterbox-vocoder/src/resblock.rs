@@ -83,27 +83,11 @@ impl ResBlock {
 }
 
 impl ResBlock {
-    /// With `fast` on the CPU each Snake + convolution (+ residual) is one fused kernel.
+    /// With `fast` on the CPU the whole block is one fused kernel.
     pub(crate) fn forward_with(&self, x: &Tensor, fast: bool) -> candle_core::Result<Tensor> {
-        if let Some(kernel) = self.cpu.as_ref().filter(|_| fast && x.device().is_cpu()) {
-            return kernel.forward(x);
-        }
-        let mut x = x.clone();
-        for i in 0..self.convs1.len() {
-            let xt =
-                self.convs1[i].forward_with(&x, Act::Snake(&self.activations1[i]), None, fast)?;
-            x = self.convs2[i].forward_with(
-                &xt,
-                Act::Snake(&self.activations2[i]),
-                Some(&x),
-                fast,
-            )?;
-        }
-        Ok(x)
+        self.forward_sum(x, fast, None, None)
     }
-}
 
-impl ResBlock {
     /// `(sum + block(x)) / div` (each part optional), the generator's
     /// `xs = xs + resblock(x)` ... `xs / num_kernels`. On CUDA the additions and the
     /// division are the last convolution's epilogue; elsewhere they are candle ops.
@@ -114,37 +98,24 @@ impl ResBlock {
         sum: Option<&Tensor>,
         div: Option<f32>,
     ) -> candle_core::Result<Tensor> {
-        #[cfg(feature = "cuda")]
-        if let (Some(last), false) = (self.convs1.len().checked_sub(1), x.device().is_cpu()) {
-            let mut x = x.clone();
-            for i in 0..last {
-                let xt = self.convs1[i].forward_with(
-                    &x,
-                    Act::Snake(&self.activations1[i]),
-                    None,
-                    fast,
-                )?;
-                x = self.convs2[i].forward_with(
-                    &xt,
-                    Act::Snake(&self.activations2[i]),
-                    Some(&x),
-                    fast,
-                )?;
-            }
-            let xt = self.convs1[last].forward_with(
-                &x,
-                Act::Snake(&self.activations1[last]),
-                None,
-                fast,
-            )?;
-            let act = Act::Snake(&self.activations2[last]);
-            if let Some(y) = self.convs2[last].forward_cuda(&xt, act, Some(&x), sum, div)? {
-                return Ok(y);
-            }
-            let y = self.convs2[last].forward_with(&xt, act, Some(&x), fast)?;
-            return finish(y, sum, div);
+        if let Some(kernel) = self.cpu.as_ref().filter(|_| fast && x.device().is_cpu()) {
+            return finish(kernel.forward(x)?, sum, div);
         }
-        finish(self.forward_with(x, fast)?, sum, div)
+        let n = self.convs1.len();
+        let mut x = x.clone();
+        for i in 0..n {
+            let xt =
+                self.convs1[i].forward_with(&x, Act::Snake(&self.activations1[i]), None, fast)?;
+            let act = Act::Snake(&self.activations2[i]);
+            #[cfg(feature = "cuda")]
+            if i + 1 == n {
+                if let Some(y) = self.convs2[i].forward_cuda(&xt, act, Some(&x), sum, div)? {
+                    return Ok(y);
+                }
+            }
+            x = self.convs2[i].forward_with(&xt, act, Some(&x), fast)?;
+        }
+        finish(x, sum, div)
     }
 }
 

@@ -54,9 +54,7 @@ impl S3TokenizerMel {
             RUN,
             |frames| (vec![0f32; frames * n_mels], vec![0f32; self.stft.n_freq()]),
             |(mels, power), i, bins| {
-                for (p, b) in power.iter_mut().zip(&bins[..used]) {
-                    *p = b.re * b.re + b.im * b.im;
-                }
+                power_of(&bins[..used], power);
                 let frame = &mut mels[i * n_mels..(i + 1) * n_mels];
                 self.mel.apply_to_slice(power, frame);
                 crate::math::log10_clamped(frame, 1e-10);
@@ -89,9 +87,7 @@ impl S3TokenizerMel {
         let used = self.mel.used_bins();
         self.stft.for_each_frame(wav, |t, bins| {
             if t < n_frames {
-                for (p, b) in power.iter_mut().zip(&bins[..used]) {
-                    *p = b.re * b.re + b.im * b.im;
-                }
+                power_of(&bins[..used], &mut power);
                 self.mel.apply_to_column(&power, &mut out, t);
             }
         })?;
@@ -99,6 +95,13 @@ impl S3TokenizerMel {
         crate::math::log10_clamped(data, 1e-10);
         normalise(data);
         Ok(out)
+    }
+}
+
+/// `|bin|^2` of each bin into the start of `power`.
+fn power_of(bins: &[realfft::num_complex::Complex32], power: &mut [f32]) {
+    for (p, b) in power.iter_mut().zip(bins) {
+        *p = b.re * b.re + b.im * b.im;
     }
 }
 

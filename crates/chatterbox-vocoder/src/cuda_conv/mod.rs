@@ -19,7 +19,6 @@
 //! ncu on the H100 (20 s of audio): ~100 TFLOP/s of TF32 mma work (three mma per product),
 //! latency-bound at two blocks per multiprocessor (128 registers per thread).
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
 use std::sync::OnceLock;
@@ -39,19 +38,8 @@ const SOURCE: &str = include_str!("kernel.cu");
 
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        let opts = CompileOptions {
-            // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
-            arch: Some("compute_80"),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(SOURCE, opts)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the HiFT convolution kernel: {e:?}"))
-    })
-    .as_ref()
-    .map(String::as_str)
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
+    // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
+    crate::cuda::compile_once(&PTX, SOURCE, Some("compute_80"), "HiFT convolution kernel")
 }
 
 /// Where the kernel runs, read once from `CHATTERBOX_HIFT_CONV`: unset (or `auto`) on every
@@ -177,6 +165,13 @@ impl Tf32x3Conv {
         }))
     }
 
+    /// Output samples for `t` input samples (`None` when the input is too short).
+    fn len_out(&self, t: usize) -> Option<usize> {
+        (t + 2 * self.padding)
+            .checked_sub(self.dilation * (self.k - 1))
+            .filter(|&n| n > 0)
+    }
+
     /// Whether [`Self::forward`] takes `x`: f32, contiguous `(B, C_in, T)` on the weight's
     /// device, long enough to give every multiprocessor a block (below that cuBLAS's FP32
     /// GEMMs, which split smaller problems further, are faster).
@@ -184,7 +179,7 @@ impl Tf32x3Conv {
         let Ok((b, _, t)) = x.dims3() else {
             return false;
         };
-        let t_out = (t + 2 * self.padding).saturating_sub(self.dilation * (self.k - 1));
+        let t_out = self.len_out(t).unwrap_or(0);
         let fills = b * t_out.div_ceil(BN) * self.c_out.div_ceil(BM) >= self.sms;
         x.dtype() == DType::F32
             && x.is_contiguous()
@@ -203,10 +198,7 @@ impl Tf32x3Conv {
         if c != self.c_in {
             candle_core::bail!("hift conv1d: {c} input channels, expected {}", self.c_in)
         }
-        let Some(t_out) = (t + 2 * self.padding)
-            .checked_sub(self.dilation * (self.k - 1))
-            .filter(|&n| n > 0)
-        else {
+        let Some(t_out) = self.len_out(t) else {
             candle_core::bail!("hift conv1d: input of {t} samples is too short")
         };
         for r in [epi.residual, epi.sum].into_iter().flatten() {
@@ -283,26 +275,15 @@ struct ConvOp<'a> {
     epi: Epilogue<'a>,
 }
 
-/// The CUDA storage of a contiguous f32 tensor, read-locked.
-fn cuda_of(t: &Tensor) -> candle_core::Result<(candle_core::StorageRef<'_>, usize, usize)> {
-    let (s, l) = t.storage_and_layout();
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("hift conv1d: operands must be contiguous")
-    };
-    if !matches!(&*s, Storage::Cuda(_)) {
-        candle_core::bail!("hift conv1d: operands must be on the CUDA device")
-    }
-    Ok((s, start, end))
-}
-
-fn slice<'a>(
+/// The f32 values of a contiguous CUDA operand.
+fn view<'a>(
     s: &'a Storage,
-    start: usize,
-    end: usize,
+    l: &Layout,
+    what: &str,
 ) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
     match s {
-        Storage::Cuda(c) => Ok(c.as_cuda_slice::<f32>()?.slice(start..end)),
-        _ => candle_core::bail!("hift conv1d: operands must be on the CUDA device"),
+        Storage::Cuda(c) => crate::cuda::f32_view(c, l, what),
+        _ => candle_core::bail!("hift conv1d: the {what} must be on the CUDA device"),
     }
 }
 
@@ -330,37 +311,20 @@ impl CustomOp1 for ConvOp<'_> {
         {
             candle_core::bail!("hift conv1d: sizes past 31 bits")
         }
-        let Some((xs, xe)) = xl.contiguous_offsets() else {
-            candle_core::bail!("hift conv1d: input must be contiguous")
-        };
-        let xv = x.as_cuda_slice::<f32>()?.slice(xs..xe);
-        let (ws, w0, w1) = cuda_of(&cv.w)?;
-        let (bs, b0, b1) = cuda_of(&cv.bias)?;
-        let wv = slice(&ws, w0, w1)?;
-        let bv = slice(&bs, b0, b1)?;
-        // Placeholders the kernel never reads stand in for absent operands.
-        let (ps, p0, p1) = match self.snake {
-            Some((a, _)) => cuda_of(a)?,
-            None => cuda_of(&cv.bias)?,
-        };
-        let (qs, q0, q1) = match self.snake {
-            Some((_, i)) => cuda_of(i)?,
-            None => cuda_of(&cv.bias)?,
-        };
-        let (rs, r0, r1) = match self.epi.residual {
-            Some(r) => cuda_of(r)?,
-            None => cuda_of(&cv.bias)?,
-        };
-        let (ss, s0, s1) = match self.epi.sum {
-            Some(r) => cuda_of(r)?,
-            None => cuda_of(&cv.bias)?,
-        };
-        let (av, iv, rv, sv) = (
-            slice(&ps, p0, p1)?,
-            slice(&qs, q0, q1)?,
-            slice(&rs, r0, r1)?,
-            slice(&ss, s0, s1)?,
+        let xv = crate::cuda::f32_view(x, xl, "input")?;
+        // The bias stands in for absent operands: the kernel never reads those.
+        let (ws, wl) = cv.w.storage_and_layout();
+        let (bs, bl) = cv.bias.storage_and_layout();
+        let (ps, pl) = self.snake.map_or(&cv.bias, |s| s.0).storage_and_layout();
+        let (qs, ql) = self.snake.map_or(&cv.bias, |s| s.1).storage_and_layout();
+        let (rs, rl) = self.epi.residual.unwrap_or(&cv.bias).storage_and_layout();
+        let (ss, sl) = self.epi.sum.unwrap_or(&cv.bias).storage_and_layout();
+        let (wv, bv) = (view(&ws, wl, "weight")?, view(&bs, bl, "bias")?);
+        let (av, iv) = (
+            view(&ps, pl, "Snake alpha")?,
+            view(&qs, ql, "Snake 1 / alpha")?,
         );
+        let (rv, sv) = (view(&rs, rl, "residual")?, view(&ss, sl, "sum")?);
 
         let dev: &CudaDevice = &x.device;
         let func = dev.get_or_load_custom_func(KERNEL, MODULE, ptx()?)?;
@@ -465,28 +429,26 @@ mod tests {
             let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
             let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
             let conv = Tf32x3Conv::new(&w, &bias, pad, dil)?.expect("cuda f32");
-            let got = conv.forward(&x, PreAct::Identity, Epilogue::default())?;
-            let got = got
-                .broadcast_sub(&bias.reshape((1, c_out, 1))?)?
-                .to_dtype(DType::F64)?;
-            let want = x.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.conv1d(
-                &w.to_dtype(DType::F64)?.to_device(&Device::Cpu)?,
-                pad,
-                1,
-                dil,
-                1,
-            )?;
-            let scale = want.abs()?.max_all()?.to_scalar::<f64>()?;
-            let err = (got.to_device(&Device::Cpu)? - &want)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f64>()?;
-            eprintln!(
-                "{c_in}x{k}: max error {err:e}, {:e} of the scale",
-                err / scale
-            );
+            let cpu64 = |t: &Tensor| t.to_dtype(DType::F64)?.to_device(&Device::Cpu);
+            let w64 = cpu64(&w)?;
+            let bias3 = bias.reshape((1, c_out, 1))?;
+            // max |kernel(x) - conv_f64(act(x))| relative to the output's scale
+            let rel_err = |pre: PreAct, activated: &Tensor| -> candle_core::Result<f64> {
+                let got = conv
+                    .forward(&x, pre, Epilogue::default())?
+                    .broadcast_sub(&bias3)?;
+                let want = cpu64(activated)?.conv1d(&w64, pad, 1, dil, 1)?;
+                let scale = want.abs()?.max_all()?.to_scalar::<f64>()?;
+                let err = (cpu64(&got)? - &want)?
+                    .abs()?
+                    .max_all()?
+                    .to_scalar::<f64>()?;
+                Ok(err / scale)
+            };
+            let err = rel_err(PreAct::Identity, &x)?;
+            eprintln!("{c_in}x{k}: max error {err:e} of the scale");
             // strict f32 is ~1e-7 of the scale here; plain TF32 ~1e-3
-            assert!(err <= 1e-6 * scale, "{c_in}x{k}: {err} of {scale}");
+            assert!(err <= 1e-6, "{c_in}x{k}: {err} of the scale");
 
             // the fused activations against candle's on the same input
             let alpha = Tensor::rand(0.1f32, 2.0, (1, c_in, 1), &dev)?;
@@ -497,21 +459,8 @@ mod tests {
                 (PreAct::Snake(&alpha, &inv), snaked),
                 (PreAct::LeakyRelu(0.1), leaky),
             ] {
-                let got = conv
-                    .forward(&x, pre, Epilogue::default())?
-                    .broadcast_sub(&bias.reshape((1, c_out, 1))?)?
-                    .to_dtype(DType::F64)?
-                    .to_device(&Device::Cpu)?;
-                let want = xa.to_dtype(DType::F64)?.to_device(&Device::Cpu)?.conv1d(
-                    &w.to_dtype(DType::F64)?.to_device(&Device::Cpu)?,
-                    pad,
-                    1,
-                    dil,
-                    1,
-                )?;
-                let scale = want.abs()?.max_all()?.to_scalar::<f64>()?;
-                let err = (got - &want)?.abs()?.max_all()?.to_scalar::<f64>()?;
-                assert!(err <= 1e-6 * scale, "{pre:?}: {err} of {scale}");
+                let err = rel_err(pre, &xa)?;
+                assert!(err <= 1e-6, "{pre:?}: {err} of the scale");
             }
 
             // the residual is added after the bias, as `(conv + bias) + residual`
