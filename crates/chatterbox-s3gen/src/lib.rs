@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod error;
 pub mod flow;
 mod linear;

@@ -14,6 +14,10 @@
 
 mod cfm;
 mod config;
+#[cfg(feature = "cuda")]
+mod cuda_attention;
+#[cfg(feature = "cuda")]
+mod cuda_ops;
 mod decoder;
 mod encoder;
 pub(crate) mod kernels;

@@ -106,6 +106,10 @@ impl InplaceOp2 for Softmax {
 
 /// `torch.nn.Mish` (`x * tanh(ln(1 + e^x))`), out of place.
 pub(crate) fn mish(x: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if super::cuda_ops::applies(x) {
+        return super::cuda_ops::mish_inplace(x.copy()?);
+    }
     if fast_path(x) {
         let y = x.copy()?;
         y.inplace_op1(&Mish)?;
@@ -118,6 +122,10 @@ pub(crate) fn mish(x: &Tensor) -> Result<Tensor> {
 
 /// [`mish`] overwriting `x` where possible.
 pub(crate) fn mish_inplace(x: Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if super::cuda_ops::applies(&x) {
+        return super::cuda_ops::mish_inplace(x);
+    }
     if fast_path(&x) {
         x.inplace_op1(&Mish)?;
         return Ok(x);
@@ -196,26 +204,33 @@ impl candle_core::CustomOp1 for FusedAttention<'_> {
     }
 }
 
-/// A key-padding bias `(b, 1, 1, t)`, with a host copy for the CPU attention kernel.
+/// A key-padding bias `(b, 1, 1, t)`, with an f32 copy for the fused attention kernels: on the
+/// host for the CPU's, `(b, t)` on the device for CUDA's.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyBias {
     tensor: Tensor,
     host: Option<Vec<f32>>,
+    device_f32: Option<Tensor>,
 }
 
 impl KeyBias {
     pub(crate) fn new(tensor: Tensor) -> Result<Self> {
-        let host = if tensor.device().is_cpu() {
-            Some(
-                tensor
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?,
-            )
+        let (host, device_f32) = if tensor.device().is_cpu() {
+            let host = tensor
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            (Some(host), None)
         } else {
-            None
+            let (b, _, _, t) = tensor.dims4()?;
+            let dev = tensor.to_dtype(DType::F32)?.reshape((b, t))?.contiguous()?;
+            (None, Some(dev))
         };
-        Ok(Self { tensor, host })
+        Ok(Self {
+            tensor,
+            host,
+            device_f32,
+        })
     }
 
     pub(crate) fn tensor(&self) -> &Tensor {
@@ -230,6 +245,11 @@ impl KeyBias {
                 .host
                 .as_ref()
                 .map(|h| [h.as_slice(), h.as_slice()].concat()),
+            device_f32: self
+                .device_f32
+                .as_ref()
+                .map(|d| Tensor::cat(&[d, d], 0))
+                .transpose()?,
         })
     }
 }
@@ -253,6 +273,11 @@ pub(crate) fn self_attention(
             dim_head,
             bias: host_bias,
         });
+    }
+    #[cfg(feature = "cuda")]
+    if super::cuda_attention::applies(qkv, dim_head)? {
+        let bias = bias.and_then(|kb| kb.device_f32.as_ref());
+        return super::cuda_attention::attention(qkv, heads, bias);
     }
     let qkv = qkv
         .reshape((b, t, 3, heads, dim_head))?
@@ -418,6 +443,10 @@ impl InplaceOp2 for BiasGelu {
 
 /// `gelu_erf(y + bias)` over the last dimension, overwriting `y` where possible.
 pub(crate) fn bias_gelu_inplace(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(b) = bias.filter(|_| super::cuda_ops::applies(&y)) {
+        return super::cuda_ops::bias_gelu_inplace(y, b);
+    }
     match bias {
         Some(b) if fast_path(&y) && fast_path(b) => {
             y.inplace_op2(b, &BiasGelu)?;
@@ -468,6 +497,10 @@ pub(crate) fn bias_residual_inplace(
     bias: Option<&Tensor>,
     residual: &Tensor,
 ) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(b) = bias.filter(|_| super::cuda_ops::applies(&y)) {
+        return super::cuda_ops::bias_residual_inplace(y, b, residual);
+    }
     match bias {
         Some(b)
             if fast_path(&y)

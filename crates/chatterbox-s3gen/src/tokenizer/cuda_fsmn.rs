@@ -35,14 +35,7 @@ extern "C" __global__ void s3tok_fsmn_f32(const float* x, const float* w, float*
 /// The PTX of [`SOURCE`], compiled on first use.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(SOURCE)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the tokenizer's FSMN kernel: {e:?}"))
-    })
-    .as_ref()
-    .map(String::as_str)
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
+    crate::cuda::compile_once(&PTX, SOURCE, None, "tokenizer's FSMN kernel")
 }
 
 /// Whether [`fsmn`] takes `x`: f32 on CUDA.
