@@ -147,8 +147,8 @@ fn softmax_row<const FMA: bool>(row: &mut [f32], bias: Option<&[f32]>) {
 }
 
 macro_rules! dispatch {
-    ($name:ident, $generic:ident, ($($arg:ident: $ty:ty),*)) => {
-        fn $name($($arg: $ty),*) {
+    ($vis:vis $name:ident, $generic:ident, ($($arg:ident: $ty:ty),*)) => {
+        $vis fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx2,fma")]
@@ -177,7 +177,7 @@ macro_rules! dispatch {
 
 dispatch!(gelu_chunk, gelu_slice, (x: &mut [f32]));
 dispatch!(mish_chunk, mish_slice, (x: &mut [f32]));
-dispatch!(softmax_one, softmax_row, (row: &mut [f32], bias: Option<&[f32]>));
+dispatch!(pub(crate) softmax_one, softmax_row, (row: &mut [f32], bias: Option<&[f32]>));
 
 #[inline(always)]
 fn bias_gelu_rows<const FMA: bool>(x: &mut [f32], bias: &[f32]) {
@@ -259,7 +259,7 @@ pub(crate) fn softmax_rows(x: &mut [f32], n: usize, bias: Option<(&[f32], usize)
 
 /// A raw output pointer shared by tasks that write disjoint parts of it.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: every task writes its own disjoint rows/columns (see `attention`).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
@@ -278,7 +278,7 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<HeadScratch> = std::cell::RefCell::new(HeadScratch::default());
 }
 
-fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
     }

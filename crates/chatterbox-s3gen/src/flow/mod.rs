@@ -25,6 +25,7 @@ mod mask;
 mod masked_diff;
 mod nn;
 pub(crate) mod ops;
+mod rel_attention_cpu;
 
 pub use cfm::{t_span, CausalConditionalCFM};
 pub use config::{CfmConfig, DecoderConfig, EncoderConfig, FlowConfig, FlowOptions, TimeScheduler};

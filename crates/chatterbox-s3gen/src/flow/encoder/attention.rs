@@ -1,10 +1,12 @@
 //! Multi-head self-attention with relative positions. Port of
 //! chatterbox/models/s3gen/transformer/attention.py `RelPositionMultiHeadedAttention`
 //! (upstream 5de7a54): Transformer-XL scores `(q + u) k^T + rel_shift((q + v) p^T)`, scaled by
-//! `1 / sqrt(d_k)`, padded keys filled with `-inf` before the softmax.
+//! `1 / sqrt(d_k)`, padded keys filled with `-inf` before the softmax. On the CPU in f32 the
+//! score path is one kernel (`rel_attention_cpu`).
 
 use super::super::nn::{matmul, Linear};
 use super::super::ops::{rel_shift_scores, softmax_with_bias_inplace};
+use super::super::rel_attention_cpu::rel_attention_tensors;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
 
@@ -57,21 +59,31 @@ impl RelPositionMultiHeadedAttention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (h, d_k) = (self.h, self.d_k);
+        let scale = 1.0 / (d_k as f64).sqrt();
+        let (q, k, v) = (
+            self.linear_q.forward(x)?,
+            self.linear_k.forward(x)?,
+            self.linear_v.forward(x)?,
+        );
+        let p = self.linear_pos.forward(pos_emb)?; // (1, 2t - 1, h d_k)
+        let fused = rel_attention_tensors(
+            (&q, &k, &v),
+            &p,
+            (&self.pos_bias_u, &self.pos_bias_v),
+            key_bias,
+            h,
+            scale as f32,
+        )?;
+        if let Some(y) = fused {
+            return self.linear_out.forward(&y);
+        }
         let heads = |y: Tensor| y.reshape((b, t, h, d_k));
-        let q = heads(self.linear_q.forward(x)?)?; // (b, t, h, d_k)
-                                                   // k and p transposed to (.., d_k, t): the layout the GEMM reads without repacking
-        let kt = heads(self.linear_k.forward(x)?)?
-            .permute((0, 2, 3, 1))?
-            .contiguous()?; // (b, h, d_k, t)
-        let v = heads(self.linear_v.forward(x)?)?
-            .transpose(1, 2)?
-            .contiguous()?;
+        let q = heads(q)?; // (b, t, h, d_k)
+                           // k and p transposed to (.., d_k, t): the layout the GEMM reads without repacking
+        let kt = heads(k)?.permute((0, 2, 3, 1))?.contiguous()?; // (b, h, d_k, t)
+        let v = heads(v)?.transpose(1, 2)?.contiguous()?;
         let n_pos = pos_emb.dim(1)?;
-        let p = self
-            .linear_pos
-            .forward(pos_emb)?
-            .reshape((1, n_pos, h, d_k))?
-            .permute((0, 2, 3, 1))?; // (1, h, d_k, 2t-1)
+        let p = p.reshape((1, n_pos, h, d_k))?.permute((0, 2, 3, 1))?; // (1, h, d_k, 2t-1)
         let pt = p.broadcast_as((b, h, d_k, n_pos))?.contiguous()?;
         let q_u = q
             .broadcast_add(&self.pos_bias_u)?
@@ -85,7 +97,7 @@ impl RelPositionMultiHeadedAttention {
         let bd = matmul(&q_v, &pt)?; // (b, h, t, 2t-1)
                                      // rel_shift (out[i][j] = bd[i][t - 1 - i + j], the reference's pad-and-reshape) fused
                                      // with the sum and the 1 / sqrt(d_k) scale
-        let scores = rel_shift_scores(ac, &bd, 1.0 / (d_k as f64).sqrt())?;
+        let scores = rel_shift_scores(ac, &bd, scale)?;
         let attn = softmax_with_bias_inplace(scores, key_bias)?;
         let y = matmul(&attn, &v)?; // (b, h, t, d_k)
         let y = y.transpose(1, 2)?.reshape((b, t, h * d_k))?;
