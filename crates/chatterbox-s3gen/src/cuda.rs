@@ -37,3 +37,18 @@ pub(crate) fn has_sm80(dev: &CudaDevice) -> candle_core::Result<bool> {
         .w()?;
     Ok(major >= 8)
 }
+
+/// The element types the kernels take (f32, bf16, f16 storages).
+pub(crate) trait Elem:
+    candle_core::cuda_backend::CudaDType
+    + candle_core::WithDType
+    + candle_core::cuda_backend::cudarc::driver::DeviceRepr
+{
+}
+
+impl<T> Elem for T where
+    T: candle_core::cuda_backend::CudaDType
+        + candle_core::WithDType
+        + candle_core::cuda_backend::cudarc::driver::DeviceRepr
+{
+}

@@ -3,25 +3,12 @@
 //! `FeedForward`, `y + bias + residual` of its residual adds, and decoder.py's `Mish`
 //! (upstream 5de7a54). candle runs each as 2-7 kernels (broadcast add, upcast, the activation,
 //! downcast), each a pass over the tensor.
+use crate::cuda::Elem;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Tensor};
 use std::sync::OnceLock;
-
-/// The element types the kernels take.
-trait Elem:
-    candle_core::cuda_backend::CudaDType
-    + candle_core::WithDType
-    + candle_core::cuda_backend::cudarc::driver::DeviceRepr
-{
-}
-impl<T> Elem for T where
-    T: candle_core::cuda_backend::CudaDType
-        + candle_core::WithDType
-        + candle_core::cuda_backend::cudarc::driver::DeviceRepr
-{
-}
 
 const MODULE: &str = "chatterbox_flow_elementwise";
 

@@ -8,25 +8,12 @@
 //! 64 query rows' scores in registers and runs the softmax online over key tiles of 64 (one
 //! pass, as PyTorch's SDPA flash kernel does): q k^T and p v on the tensor cores with f32
 //! accumulators, the softmax in f32, p rounded to the weights' dtype for p v.
+use crate::cuda::Elem;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, Device, Layout, Shape, Tensor};
 use std::sync::OnceLock;
-
-/// The element types the kernels take.
-trait Elem:
-    candle_core::cuda_backend::CudaDType
-    + candle_core::WithDType
-    + candle_core::cuda_backend::cudarc::driver::DeviceRepr
-{
-}
-impl<T> Elem for T where
-    T: candle_core::cuda_backend::CudaDType
-        + candle_core::WithDType
-        + candle_core::cuda_backend::cudarc::driver::DeviceRepr
-{
-}
 
 const MODULE: &str = "chatterbox_flow_attention";
 const SOURCE: &str = include_str!("kernel.cu");
@@ -49,12 +36,17 @@ fn kernel_name(dtype: DType) -> Option<&'static str> {
     }
 }
 
-/// Whether [`attention`] takes `qkv (b, t, 3 h d)`: bf16 or f16 on an sm_80+ GPU, `d` = 64.
+/// Whether [`attention`] takes `qkv (b, t, 3 h d)`: bf16 or f16 on an sm_80+ GPU, `d` = 64,
+/// and (when already contiguous) starting on a 16-byte boundary.
 pub(crate) fn applies(qkv: &Tensor, dim_head: usize) -> candle_core::Result<bool> {
     let Device::Cuda(dev) = qkv.device() else {
         return Ok(false);
     };
-    Ok(dim_head == HEAD_DIM && kernel_name(qkv.dtype()).is_some() && crate::cuda::has_sm80(dev)?)
+    let aligned = !qkv.is_contiguous() || qkv.layout().start_offset() % 8 == 0;
+    Ok(dim_head == HEAD_DIM
+        && aligned
+        && kernel_name(qkv.dtype()).is_some()
+        && crate::cuda::has_sm80(dev)?)
 }
 
 struct FlowAttention {
