@@ -42,7 +42,7 @@ pub(crate) fn applies(qkv: &Tensor, dim_head: usize) -> candle_core::Result<bool
     let Device::Cuda(dev) = qkv.device() else {
         return Ok(false);
     };
-    let aligned = !qkv.is_contiguous() || qkv.layout().start_offset() % 8 == 0;
+    let aligned = !qkv.is_contiguous() || qkv.layout().start_offset().is_multiple_of(8);
     Ok(dim_head == HEAD_DIM
         && aligned
         && kernel_name(qkv.dtype()).is_some()
@@ -69,7 +69,7 @@ impl FlowAttention {
             candle_core::bail!("flow-attention: q/k/v must be contiguous")
         };
         // cp.async copies 16-byte chunks (8 values); rows are 3 h 64 values long.
-        if start % 8 != 0 || t == 0 || b * h > 65535 || b * t * w > i32::MAX as usize {
+        if !start.is_multiple_of(8) || t == 0 || b * h > 65535 || b * t * w > i32::MAX as usize {
             candle_core::bail!("flow-attention: unsupported layout (offset {start}, {b}x{t}x{w})")
         }
         let name = kernel_name(T::DTYPE).ok_or_else(|| {
