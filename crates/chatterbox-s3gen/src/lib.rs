@@ -1,7 +1,5 @@
 #![doc = include_str!("../README.md")]
 
-#[cfg(feature = "cuda")]
-mod cuda;
 mod error;
 pub mod flow;
 mod linear;

@@ -4,8 +4,6 @@ mod alignment;
 mod backbone;
 mod cond_enc;
 mod config;
-#[cfg(feature = "cuda")]
-mod cuda_ptx;
 mod decode;
 mod error;
 mod generate;

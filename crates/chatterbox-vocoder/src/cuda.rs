@@ -13,7 +13,7 @@
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::{contiguous_view, Ptx};
 
 const MODULE: &str = "chatterbox_vocoder_hift";
 
@@ -66,33 +66,7 @@ extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsign
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    compile_once(&PTX, SOURCE, None, "HiFT kernels")
-}
-
-/// The PTX of `source` for `arch` (NVRTC's default when `None`), compiled on the first call
-/// with `cell`; `what` names the kernels in the error.
-pub(crate) fn compile_once(
-    cell: &'static OnceLock<Result<String, String>>,
-    source: &str,
-    arch: Option<&'static str>,
-    what: &str,
-) -> candle_core::Result<&'static str> {
-    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-    cell.get_or_init(|| {
-        let opts = CompileOptions {
-            arch,
-            ..Default::default()
-        };
-        compile_ptx_with_opts(source, opts)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC could not compile the {what}: {e:?}"))
-    })
-    .as_ref()
-    .map(String::as_str)
-    .map_err(|e| candle_core::Error::Msg(e.clone()))
-}
+static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT kernels");
 
 /// Compiles (once per process) and loads the kernels on `dev`.
 pub(crate) fn load(dev: &CudaDevice) -> candle_core::Result<()> {
@@ -101,7 +75,7 @@ pub(crate) fn load(dev: &CudaDevice) -> candle_core::Result<()> {
         "hift_bias_residual_f32",
         "hift_im2col_cf_f32",
     ] {
-        dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
+        dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
     }
     Ok(())
 }
@@ -117,10 +91,7 @@ pub(crate) fn f32_view<'a>(
     l: &Layout,
     what: &str,
 ) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("hift cuda: {what} must be contiguous")
-    };
-    Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+    contiguous_view::<f32>(s, l, &format!("hift cuda: {what}"))
 }
 
 fn launch_config(n: usize) -> LaunchConfig {
@@ -179,7 +150,7 @@ impl candle_core::CustomOp1 for Im2ColOp {
         }
         let n = b * c * self.k * t_out;
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, PTX.get()?)?;
         let xv = f32_view(x, xl, "input")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<f32>(n)? };
@@ -283,7 +254,7 @@ impl CustomOp3 for ChannelOp {
             )
         }
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func(self.kernel, MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func(self.kernel, MODULE, PTX.get()?)?;
         let (xv, pv, qv) = (
             f32_view(x, xl, "input")?,
             f32_view(p, pl, "first operand")?,

@@ -3,12 +3,11 @@
 //! `FeedForward`, `y + bias + residual` of its residual adds, and decoder.py's `Mish`
 //! (upstream 5de7a54). candle runs each as 2-7 kernels (broadcast add, upcast, the activation,
 //! downcast), each a pass over the tensor.
-use crate::cuda::Elem;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::{contiguous_view, Elem, Ptx};
 
 const MODULE: &str = "chatterbox_flow_elementwise";
 
@@ -83,10 +82,7 @@ KERNELS(bf16, bf16)
 KERNELS(f16, f16)
 "#;
 
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    crate::cuda::compile_once(&PTX, SOURCE, None, "flow element-wise kernels")
-}
+static PTX: Ptx = Ptx::new(SOURCE, None, "flow element-wise kernels");
 
 /// Whether the kernels take `x`: contiguous f32, bf16 or f16 on CUDA.
 pub(crate) fn applies(x: &Tensor) -> bool {
@@ -119,10 +115,11 @@ fn view<'a, T: Elem>(
     len: usize,
     what: &str,
 ) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, T>> {
-    match l.contiguous_offsets() {
-        Some((a, z)) if z - a == len => Ok(s.as_cuda_slice::<T>()?.slice(a..z)),
-        _ => candle_core::bail!("flow element-wise CUDA kernels: {what} {:?}", l.shape()),
+    let v = contiguous_view::<T>(s, l, what)?;
+    if v.len() != len {
+        candle_core::bail!("flow element-wise CUDA kernels: {what} {:?}", l.shape())
     }
+    Ok(v)
 }
 
 /// The in-place kernels; `cols` is the length of the last dimension (the bias's).
@@ -155,7 +152,7 @@ impl Op {
         }
         let dev: CudaDevice = y.device.clone();
         let name = format!("{}_{}", self.name(), suffix(T::DTYPE)?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
         let bias = bias
             .map(|(s, l)| view::<T>(s, l, cols, "bias"))
             .transpose()?;

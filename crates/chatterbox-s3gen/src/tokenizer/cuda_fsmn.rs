@@ -8,7 +8,7 @@
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::{contiguous_view, Ptx};
 
 const MODULE: &str = "chatterbox_s3tokenizer_fsmn";
 
@@ -33,10 +33,7 @@ extern "C" __global__ void s3tok_fsmn_f32(const float* x, const float* w, float*
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    crate::cuda::compile_once(&PTX, SOURCE, None, "tokenizer's FSMN kernel")
-}
+static PTX: Ptx = Ptx::new(SOURCE, None, "tokenizer's FSMN kernel");
 
 /// Whether [`fsmn`] takes `x`: f32 on CUDA.
 pub(crate) fn applies(x: &Tensor, weight: &Tensor) -> bool {
@@ -74,14 +71,10 @@ impl CustomOp2 for Fsmn {
         if c != c2 || self.left >= k.max(1) || c == 0 || t == 0 {
             candle_core::bail!("fsmn: input {:?} vs weight {:?}", xl.shape(), wl.shape())
         }
-        let (Some((x0, x1)), Some((w0, w1))) = (xl.contiguous_offsets(), wl.contiguous_offsets())
-        else {
-            candle_core::bail!("fsmn: inputs must be contiguous")
-        };
-        let xv = x.as_cuda_slice::<f32>()?.slice(x0..x1);
-        let wv = w.as_cuda_slice::<f32>()?.slice(w0..w1);
+        let xv = contiguous_view::<f32>(x, xl, "fsmn: the input")?;
+        let wv = contiguous_view::<f32>(w, wl, "fsmn: the weight")?;
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("s3tok_fsmn_f32", MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func("s3tok_fsmn_f32", MODULE, PTX.get()?)?;
         let total = b * t * c;
         // SAFETY: the kernel writes every one of the `total` outputs.
         let out = unsafe { dev.alloc::<f32>(total)? };

@@ -8,7 +8,7 @@
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::{contiguous_view, Ptx};
 
 const MODULE: &str = "chatterbox_t3_gemv";
 /// Most rows of `x` the kernel takes.
@@ -64,10 +64,7 @@ extern "C" __global__ void t3_gemv_bf16(const unsigned short* x, const unsigned 
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    crate::cuda_ptx::ptx(&PTX, SOURCE, "T3 GEMV")
-}
+static PTX: Ptx = Ptx::new(SOURCE, None, "T3 GEMV kernel");
 
 /// Whether [`gemv`] takes `x` `(rows, k)` against `w` `(n, k)`: bf16, contiguous, 16-byte
 /// aligned rows, at most [`MAX_ROWS`] rows, on CUDA.
@@ -84,16 +81,6 @@ pub(crate) fn applies(x: &Tensor, w: &Tensor) -> bool {
         && x.dims()[0] <= MAX_ROWS
         && x.dims()[1].is_multiple_of(8)
         && w.dims().get(1) == x.dims().get(1)
-}
-
-fn view<'a>(
-    s: &'a CudaStorage,
-    l: &Layout,
-) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, half::bf16>> {
-    let Some((a, z)) = l.contiguous_offsets() else {
-        candle_core::bail!("t3-gemv-bf16: operands must be contiguous")
-    };
-    Ok(s.as_cuda_slice::<half::bf16>()?.slice(a..z))
 }
 
 struct Gemv {
@@ -134,9 +121,13 @@ impl CustomOp3 for Gemv {
         if self.has_bias && bl.shape().elem_count() != n {
             candle_core::bail!("t3-gemv-bf16: bias of {:?} for {n} outputs", bl.shape())
         }
-        let (xv, wv, bv) = (view(x, xl)?, view(w, wl)?, view(b, bl)?);
+        let (xv, wv, bv) = (
+            contiguous_view::<half::bf16>(x, xl, "t3-gemv-bf16: x")?,
+            contiguous_view::<half::bf16>(w, wl, "t3-gemv-bf16: w")?,
+            contiguous_view::<half::bf16>(b, bl, "t3-gemv-bf16: bias")?,
+        );
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("t3_gemv_bf16", MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func("t3_gemv_bf16", MODULE, PTX.get()?)?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * n)? };
         let args = [rows, n, k].map(|v| v as u32);

@@ -18,7 +18,7 @@
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Layout, Shape, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::Ptx;
 
 const MODULE: &str = "chatterbox_t3_top_k_top_p";
 /// Threads per block (one block per row).
@@ -144,10 +144,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    crate::cuda_ptx::ptx(&PTX, SOURCE, "T3 top-k/top-p")
-}
+static PTX: Ptx = Ptx::new(SOURCE, None, "T3 top-k/top-p kernel");
 
 /// Whether [`top_k_top_p`] takes `scores`: f32 `(rows, vocab)` on CUDA with
 /// `vocab <= 8192`.
@@ -186,7 +183,7 @@ impl CustomOp1 for TopKTopP {
         };
         let sv = s.as_cuda_slice::<f32>()?.slice(a..z);
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_top_k_top_p", MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func("t3_top_k_top_p", MODULE, PTX.get()?)?;
         // SAFETY: the kernel writes every element of every row before anything reads them.
         let out = unsafe { dev.alloc::<f32>(rows * v)? };
         let (v32, k32) = (v as u32, self.k as u32);

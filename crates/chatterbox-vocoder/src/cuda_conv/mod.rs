@@ -21,6 +21,7 @@
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
+use chatterbox_cuda::Ptx;
 use std::sync::OnceLock;
 
 const MODULE: &str = "chatterbox_vocoder_conv_tf32x3";
@@ -36,11 +37,8 @@ const MAX_STAGED: usize = 4 * THREADS;
 
 const SOURCE: &str = include_str!("kernel.cu");
 
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
-    crate::cuda::compile_once(&PTX, SOURCE, Some("compute_80"), "HiFT convolution kernel")
-}
+// mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
+static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "HiFT convolution kernel");
 
 /// Where the kernel runs, read once from `CHATTERBOX_HIFT_CONV`: unset (or `auto`) on every
 /// convolution long enough to fill the GPU, `fp32` nowhere (strict FP32 GEMMs throughout),
@@ -125,7 +123,7 @@ impl Tf32x3Conv {
         let Some(sms) = tensor_core_sms(dev)? else {
             return Ok(None);
         };
-        dev.get_or_load_custom_func(KERNEL, MODULE, ptx()?)?;
+        dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
         let c_out_pad = c_out.next_multiple_of(BM);
         let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
         let src = weight.flatten_all()?.to_vec1::<f32>()?;
@@ -246,15 +244,10 @@ impl Tf32x3Conv {
 /// The multiprocessor count of `dev` if it has TF32 tensor cores (compute capability 8.0 or
 /// newer).
 fn tensor_core_sms(dev: &CudaDevice) -> candle_core::Result<Option<usize>> {
-    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
-    let ctx = dev.cuda_stream().context().clone();
-    let major = ctx
-        .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-        .w()?;
-    let sms = ctx
-        .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()?;
-    Ok((major >= 8).then_some(sms.max(1) as usize))
+    let major = chatterbox_cuda::compute_capability(dev)?.0;
+    (major >= 8)
+        .then(|| chatterbox_cuda::multiprocessors(dev))
+        .transpose()
 }
 
 /// What the kernel adds to `conv + bias`, in this order (as the reference's separate ops):
@@ -327,7 +320,7 @@ impl CustomOp1 for ConvOp<'_> {
         let (rv, sv) = (view(&rs, rl, "residual")?, view(&ss, sl, "sum")?);
 
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func(KERNEL, MODULE, ptx()?)?;
+        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
         let span = BN + (cv.k - 1) * cv.dilation;
         // the next stride >= span that is 2 mod 8 (in float4): conflict-free fragment loads
         let xs_stride = (span + 6).next_multiple_of(8) - 6;

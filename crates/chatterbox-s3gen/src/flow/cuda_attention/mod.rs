@@ -8,12 +8,11 @@
 //! 64 query rows' scores in registers and runs the softmax online over key tiles of 64 (one
 //! pass, as PyTorch's SDPA flash kernel does): q k^T and p v on the tensor cores with f32
 //! accumulators, the softmax in f32, p rounded to the weights' dtype for p v.
-use crate::cuda::Elem;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, Device, Layout, Shape, Tensor};
-use std::sync::OnceLock;
+use chatterbox_cuda::{compute_capability, contiguous_view, Elem, Ptx};
 
 const MODULE: &str = "chatterbox_flow_attention";
 const SOURCE: &str = include_str!("kernel.cu");
@@ -22,11 +21,8 @@ const HEAD_DIM: usize = 64;
 /// Query rows per block.
 const BM: usize = 64;
 
-fn ptx() -> candle_core::Result<&'static str> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    // mma.sync on bf16, ldmatrix and cp.async need sm_80; the driver JIT-compiles for the GPU.
-    crate::cuda::compile_once(&PTX, SOURCE, Some("compute_80"), "flow attention kernel")
-}
+// mma.sync on bf16, ldmatrix and cp.async need sm_80; the driver JIT-compiles for the GPU.
+static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "flow attention kernel");
 
 fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
@@ -46,7 +42,7 @@ pub(crate) fn applies(qkv: &Tensor, dim_head: usize) -> candle_core::Result<bool
     Ok(dim_head == HEAD_DIM
         && aligned
         && kernel_name(qkv.dtype()).is_some()
-        && crate::cuda::has_sm80(dev)?)
+        && compute_capability(dev)?.0 >= 8)
 }
 
 struct FlowAttention {
@@ -65,9 +61,8 @@ impl FlowAttention {
         if w != 3 * h * HEAD_DIM {
             candle_core::bail!("flow-attention: width {w} is not 3 x {h} x {HEAD_DIM}")
         }
-        let Some((start, end)) = ql.contiguous_offsets() else {
-            candle_core::bail!("flow-attention: q/k/v must be contiguous")
-        };
+        let src = contiguous_view::<T>(qkv, ql, "flow-attention: q/k/v")?;
+        let start = ql.start_offset();
         // cp.async copies 16-byte chunks (8 values); rows are 3 h 64 values long.
         if !start.is_multiple_of(8) || t == 0 || b * h > 65535 || b * t * w > i32::MAX as usize {
             candle_core::bail!("flow-attention: unsupported layout (offset {start}, {b}x{t}x{w})")
@@ -76,8 +71,7 @@ impl FlowAttention {
             candle_core::Error::Msg(format!("flow-attention: dtype {:?}", T::DTYPE))
         })?;
         let dev: &CudaDevice = &qkv.device;
-        let func = dev.get_or_load_custom_func(name, MODULE, ptx()?)?;
-        let src = qkv.as_cuda_slice::<T>()?.slice(start..end);
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
         // SAFETY: the kernel writes every one of the b t h 64 outputs (rows < t of every
         // (batch row, head)) before anything reads them.
         let out = unsafe { dev.alloc::<T>(b * t * h * HEAD_DIM)? };
@@ -161,13 +155,10 @@ impl candle_core::CustomOp2 for FlowAttention {
         bl: &Layout,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         let (b, t, _) = l.shape().dims3()?;
-        let Some((b0, b1)) = bl.contiguous_offsets() else {
-            candle_core::bail!("flow-attention: the key bias must be contiguous")
-        };
-        if b1 - b0 != b * t {
+        let bias = contiguous_view::<f32>(bs, bl, "flow-attention: the key bias")?;
+        if bias.len() != b * t {
             candle_core::bail!("flow-attention: key bias {:?} for {b} x {t}", bl.shape())
         }
-        let bias = bs.as_cuda_slice::<f32>()?.slice(b0..b1);
         self.dispatch(s, l, Some(bias))
     }
 }
