@@ -1,21 +1,49 @@
-//! Device facts the kernels' launchers check.
+//! Device facts the kernels' launchers check, queried from the driver once per device.
 use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use std::sync::Mutex;
 
-fn attribute(dev: &CudaDevice, what: A) -> candle_core::Result<i32> {
-    dev.cuda_stream().context().attribute(what).w()
+/// What the launchers ask about a device.
+#[derive(Clone, Copy)]
+struct Facts {
+    capability: (i32, i32),
+    multiprocessors: usize,
+}
+
+/// Facts by device ordinal: the launchers ask on every call (some once per layer), the answer
+/// never changes.
+static FACTS: Mutex<Vec<(usize, Facts)>> = Mutex::new(Vec::new());
+
+fn facts(dev: &CudaDevice) -> candle_core::Result<Facts> {
+    let ctx = dev.cuda_stream().context().clone();
+    let ordinal = ctx.ordinal();
+    let cached = |v: &[(usize, Facts)]| v.iter().find(|(o, _)| *o == ordinal).map(|(_, f)| *f);
+    if let Some(f) = FACTS.lock().ok().and_then(|v| cached(&v)) {
+        return Ok(f);
+    }
+    let attribute = |what: A| ctx.attribute(what).w();
+    let f = Facts {
+        capability: (
+            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        multiprocessors: attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize,
+    };
+    if let Ok(mut v) = FACTS.lock() {
+        if cached(&v).is_none() {
+            v.push((ordinal, f));
+        }
+    }
+    Ok(f)
 }
 
 /// `(major, minor)` compute capability of `dev` (sm_80 and newer have `mma.sync` on bf16 and
 /// TF32, `ldmatrix` and `cp.async`).
 pub fn compute_capability(dev: &CudaDevice) -> candle_core::Result<(i32, i32)> {
-    Ok((
-        attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-        attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-    ))
+    Ok(facts(dev)?.capability)
 }
 
 /// The number of multiprocessors of `dev` (at least 1).
 pub fn multiprocessors(dev: &CudaDevice) -> candle_core::Result<usize> {
-    Ok(attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize)
+    Ok(facts(dev)?.multiprocessors)
 }
