@@ -213,7 +213,6 @@ fn head(op: &RelAttention, (bi, hi): (usize, usize), dims: Dims, s: &mut Scratch
 /// [`rel_attention`] on tensors: `q`, `k`, `v` `(b, t, h d)`, `p` `(1, 2t - 1, h d)`, `u` and
 /// `pv` `(h, d)`, `key_bias` `(b, 1, 1, t)`; returns `(b, t, h d)`. `None` unless every operand
 /// is a contiguous f32 CPU tensor (the caller then takes the tensor path).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn rel_attention_tensors(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     p: &Tensor,
@@ -263,7 +262,7 @@ mod tests {
 
     /// The reference's formulation in f64: full `(t, 2t - 1)` position scores, then the shift.
     fn reference(op: &RelAttention, (b, t, h, d): Dims) -> Vec<f64> {
-        let (hd, n_pos) = (h * d, 2 * t - 1);
+        let hd = h * d;
         let mut out = vec![0f64; b * t * hd];
         for bi in 0..b {
             for hi in 0..h {
@@ -291,7 +290,6 @@ mod tests {
                             (0..t).map(|j| s[j] / z * at(op.v, j, c)).sum();
                     }
                 }
-                let _ = n_pos;
             }
         }
         out
