@@ -13,6 +13,8 @@ mod generator;
 mod resblock;
 mod snake;
 mod source;
+#[cfg(any(test, feature = "cuda"))]
+mod split_precision;
 mod stft;
 mod trim_fade;
 mod weights;

@@ -1,5 +1,6 @@
-// The 3xTF32 implicit-GEMM convolution of chatterbox-vocoder (see `mod.rs`), compiled at run
-// time with NVRTC for compute_80.
+// The split-precision ("3xTF32") implicit-GEMM convolution of chatterbox-vocoder (see
+// `mod.rs`): hi_w hi_x on TF32 mma, lo_w hi_x + hi_w lo_x on one f16 mma of depth 16. Compiled
+// at run time with NVRTC for compute_80.
 #define BM 64
 #define BN 128
 #define BK 8
@@ -24,10 +25,32 @@ __device__ __forceinline__ void mma_tf32(float* d, float a0, float a1, float a2,
           "r"(__float_as_uint(a3)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
+// d += a b on f16 inputs (m16n8k16): a is 4 registers of half pairs, b 2.
+__device__ __forceinline__ void mma_f16(float* d, float4 a, float b0, float b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)),
+          "r"(__float_as_uint(a.w)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+
+// Two values as an f16 pair (the first in the low half), rounded to nearest and saturated at
+// the largest finite f16, in a float's bits.
+__device__ __forceinline__ float f16_pair(float a, float b) {
+    a = fminf(fmaxf(a, -65504.0f), 65504.0f);
+    b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+    unsigned short ha, hb;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
+    return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
+}
+
 // y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] act(x[b, c, t + j dil - pad])) (+ res[b, o, t])
 //              (+ sum[b, o, t]) (/ div, when div != 0).
 // wf: the weight split and laid out as mma fragments: for each group of BK input channels, tap
-// and 16 output channels, 32 lanes x (hi a0..a3, lo a0..a3).
+// and 16 output channels, 32 lanes x (the TF32 fragment of 2^11 hi, the f16 fragment of
+// [2^11 lo, hi]): see `mod.rs`.
 // act: 0 none, 1 Snake (alpha, inv_alpha), 2 leaky ReLU (slope).
 // xs_stride (in float4, 2 mod 8): row stride of the staged window, free of bank conflicts;
 // 4 * (BN + (k - 1) dil) <= MAXP * THREADS (checked by the caller).
@@ -42,7 +65,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
         int m_tiles, int k, int t_in, int t_out, int dil, int pad, int act, float slope,
         int has_res, int has_sum, float div, int xs_stride) {
     // Two buffers of the activated input window of BK channels: for each q < 4 and step s,
-    // (hi of channel q, hi of q + 4, lo of q, lo of q + 4).
+    // (hi of channel q, hi of q + 4, then as f16 pairs: (hi of q, hi of q + 4),
+    // (2^11 lo of q, 2^11 lo of q + 4)).
     extern __shared__ float4 xs[];
     const int b = blockIdx.z, o0 = blockIdx.y * BM, t0 = blockIdx.x * BN;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -95,8 +119,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
                     v[h] = u;
                 }
                 float4 e;
-                split_tf32(v[0], e.x, e.z);
-                split_tf32(v[1], e.y, e.w);
+                float lo0, lo1;
+                split_tf32(v[0], e.x, lo0);
+                split_tf32(v[1], e.y, lo1);
+                e.z = f16_pair(e.x, e.y);
+                e.w = f16_pair(lo0 * 2048.0f, lo1 * 2048.0f);
                 buf[r * xs_stride + s] = e;
             }
         }
@@ -143,17 +170,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             }
             #pragma unroll
             for (int ni = 0; ni < 4; ++ni) bx[ni] = cur[ni * 8 + j * dil];
-            // lo_w hi_x, then hi_w lo_x, then hi_w hi_x into each sum
+            // 2^11 (lo_w hi_x + hi_w lo_x) on f16, then 2^11 hi_w hi_x on TF32, into each sum
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
                 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_tf32(part[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, bx[ni].x, bx[ni].y);
-            #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
-                    mma_tf32(part[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, bx[ni].z, bx[ni].w);
+                    mma_f16(part[mi][ni], al[mi], bx[ni].z, bx[ni].w);
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
                 #pragma unroll
@@ -170,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             #pragma unroll
             for (int j = 0; j < 4; ++j)
                 #pragma unroll
-                for (int r = 0; r < 4; ++r) acc[i][j][r] = __fadd_rn(acc[i][j][r], part[i][j][r]);
+                for (int r = 0; r < 4; ++r) acc[i][j][r] = __fmaf_rn(part[i][j][r], 4.8828125e-4f, acc[i][j][r]);
         // The next group's window: fetched here rather than before the taps, which keeps
         // its registers free during them (128 per thread, two blocks per multiprocessor).
         if (cc + 1 < chunks) {

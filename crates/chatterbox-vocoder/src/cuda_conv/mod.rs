@@ -1,23 +1,32 @@
 //! HiFT's stride-1 convolutions (hifigan.py's `Conv1d` layers and the `Snake` / leaky ReLU in
 //! front of them, upstream 5de7a54) on CUDA: one implicit-GEMM kernel on the tensor cores in
-//! "3xTF32", with the activation, the bias, the residual and the generator's resblock sum fused.
+//! split precision ("3xTF32"), with the activation, the bias, the residual and the generator's
+//! resblock sum fused.
 //!
 //! Each f32 operand is split into `hi` (rounded to TF32's 11 significant bits) and
-//! `lo = x - hi` (exact in f32), and `x * w` is summed as `lo_w hi_x + hi_w lo_x + hi_w hi_x`
-//! on TF32 tensor cores. The dropped `lo_w lo_x` term and the TF32 truncation of the `lo`
+//! `lo = x - hi` (exact in f32), and `x * w` is summed as `lo_w hi_x + hi_w lo_x + hi_w hi_x`.
+//! The main term `hi_w hi_x` runs on a TF32 mma. The two cross terms run together on one f16
+//! mma of twice the depth (`[2^11 lo_w, hi_w] . [hi_x; 2^11 lo_x]`): `hi` fits f16's 11 bits
+//! exactly, and the `2^11` keeps `lo` in f16's normal range; the TF32 operand carries the same
+//! `2^11`, which is taken off, exactly, when the group's sum is added. Values are saturated at
+//! f16's largest (65504) in the cross terms only, so an input past it costs precision (down to
+//! plain TF32's), never an infinity. The dropped `lo_w lo_x` term and the rounding of the `lo`
 //! parts are below 2^-22 of each product. The tensor cores also truncate when they add, each
 //! addend aligned to the largest, so each group of 8 input channels is summed from zero there
 //! and added to the running sums in f32 (one long tensor-core accumulation was 5.8e-6 of the
-//! output's scale off an f64 reference on a 64-channel, 11-tap case; per group it is 7e-7;
-//! strict FP32 is ~1e-7, plain TF32, as PyTorch's cuDNN convolutions run, ~1e-3).
+//! output's scale off an f64 reference on a 64-channel, 11-tap case; per group it is 2e-7 to
+//! 6e-7; strict FP32 is ~1e-7, plain TF32, as PyTorch's cuDNN convolutions run, ~1e-3).
 //!
 //! One block computes 64 output channels x 128 time steps with 8 warps of 32 x 32. For each
 //! group of 8 input channels it stages the activated, split input window (128 steps plus the
 //! kernel's dilated reach) in shared memory once and runs every tap from it: no im2col. The
 //! weights are split at load time and laid out as mma fragments, read through L1.
 //!
-//! ncu on the H100 (20 s of audio): ~100 TFLOP/s of TF32 mma work (three mma per product),
-//! latency-bound at two blocks per multiprocessor (128 registers per thread).
+//! On the H100 (20 s of audio) the staging is about a quarter of the time: a variant that
+//! skips it (wrong output, timing only) decodes in 14.8 ms against 20.0, one without the Snake
+//! in 18.1. The mma work itself is latency-bound at two blocks per multiprocessor (128
+//! registers per thread): three TF32 mma per product took 20.4-20.6 ms, two mma 19.8-20.1.
+use crate::split_precision::{f16_pair, split};
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
@@ -64,18 +73,6 @@ fn mode() -> Mode {
     })
 }
 
-/// `x` rounded to TF32 (11 significant bits, to nearest) and the f32 remainder, as the kernel
-/// splits its input; non-finite values (and values that would round past the largest float)
-/// stay whole in `hi`.
-fn split(x: f32) -> (f32, f32) {
-    let hi = f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000);
-    if x.is_finite() && hi.is_finite() {
-        (hi, x - hi)
-    } else {
-        (x, 0.0)
-    }
-}
-
 /// The activation the kernel applies to the input first.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum PreAct<'a> {
@@ -87,7 +84,8 @@ pub(crate) enum PreAct<'a> {
 
 /// A stride-1 `Conv1d` (weight `(C_out, C_in, K)` and bias) laid out for the kernel: the
 /// split weight as mma fragments, per (group of 8 input channels, tap, 16 output channels,
-/// lane) `hi a0..a3, lo a0..a3`, with zeros past `C_in` and `C_out`.
+/// lane) the TF32 fragment of `2^11 hi` and the f16 fragment of `[2^11 lo, hi]`, with zeros
+/// past `C_in` and `C_out`.
 #[derive(Debug, Clone)]
 pub(crate) struct Tf32x3Conv {
     w: Tensor,
@@ -127,24 +125,39 @@ impl Tf32x3Conv {
         let c_out_pad = c_out.next_multiple_of(BM);
         let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
         let src = weight.flatten_all()?.to_vec1::<f32>()?;
-        // mma fragments: per (channel group, tap, 16 output channels, lane) the four values
-        // a0..a3 = w[o + {0, 8, 0, 8}][c + {0, 0, 4, 4}] with o = 16 m + lane / 4,
-        // c = 8 cc + lane % 4, as hi then lo; zeros past c_in and c_out.
+        // mma fragments: per (channel group, tap, 16 output channels, lane), with
+        // o = 16 m + lane / 4 and c = 8 cc + lane % 4 (zeros past c_in and c_out), eight
+        // values: the TF32 fragment of 2^11 hi, then the f16 fragment of the cross terms,
+        // whose depth 16 is (2^11 lo of channels c, c + 4; hi of c, c + 4) against the input's
+        // (hi of c, c + 4; 2^11 lo of c, c + 4).
         let mut w = vec![0f32; chunks * k * m_tiles * 32 * 8];
         for cc in 0..chunks {
             for j in 0..k {
                 for m in 0..m_tiles {
                     for lane in 0..32 {
                         let at = (((cc * k + j) * m_tiles + m) * 32 + lane) * 8;
+                        let (o0, c0) = (16 * m + lane / 4, BK * cc + lane % 4);
+                        let parts = |d_o: usize, d_c: usize| {
+                            let (o, c) = (o0 + d_o, c0 + d_c);
+                            if o < c_out && c < c_in {
+                                split(src[(o * c_in + c) * k + j])
+                            } else {
+                                (0.0, 0.0)
+                            }
+                        };
+                        // TF32 fragment: 2^11 hi at (o, c), (o + 8, c), (o, c + 4),
+                        // (o + 8, c + 4)
                         for (i, (d_o, d_c)) in
                             [(0, 0), (8, 0), (0, 4), (8, 4)].into_iter().enumerate()
                         {
-                            let (o, c) = (16 * m + lane / 4 + d_o, BK * cc + lane % 4 + d_c);
-                            if o < c_out && c < c_in {
-                                let (hi, lo) = split(src[(o * c_in + c) * k + j]);
-                                w[at + i] = hi;
-                                w[at + 4 + i] = lo;
-                            }
+                            w[at + i] = parts(d_o, d_c).0 * 2048.0;
+                        }
+                        // f16 fragment: pairs over (c, c + 4) of 2^11 lo at rows o, o + 8,
+                        // then of hi at rows o, o + 8
+                        for (i, d_o) in [0, 8].into_iter().enumerate() {
+                            let (a, b) = (parts(d_o, 0), parts(d_o, 4));
+                            w[at + 4 + i] = f16_pair(a.1 * 2048.0, b.1 * 2048.0);
+                            w[at + 6 + i] = f16_pair(a.0, b.0);
                         }
                     }
                 }
@@ -396,18 +409,6 @@ impl CustomOp1 for ConvOp<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn split_is_exact_and_hi_has_eleven_bits() {
-        for x in [1.0f32, -3.7, 1e-30, 123456.79, f32::MIN_POSITIVE, 0.1, -0.0] {
-            let (hi, lo) = split(x);
-            assert_eq!(hi + lo, x);
-            assert_eq!(hi.to_bits() & 0x1fff, 0, "{x}");
-            assert!(lo.abs() <= x.abs() * 2f32.powi(-12), "{x}");
-        }
-        assert_eq!(split(f32::MAX), (f32::MAX, 0.0));
-        assert!(split(f32::NAN).0.is_nan());
-    }
 
     #[test]
     #[ignore = "needs a CUDA GPU"]
