@@ -86,16 +86,16 @@ mod avx2 {
         )
     }
 
-    /// The cell update on the first multiple of 8 units; returns how many were done.
+    /// The cell update on units `from..` by 8 while whole; returns where it stopped.
     ///
     /// # Safety
     /// AVX2 and FMA must be available; `gates` holds at least `4 * c.len()` values and `h` at
     /// least `c.len()`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) -> usize {
+    pub unsafe fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32], from: usize) -> usize {
         let n = c.len();
         let g = gates.as_ptr();
-        let mut j = 0;
+        let mut j = from;
         while j + 8 <= n {
             let i = sigmoid(_mm256_loadu_ps(g.add(j)));
             let f = sigmoid(_mm256_loadu_ps(g.add(n + j)));
@@ -125,6 +125,84 @@ mod avx2 {
     }
 }
 
+/// The AVX-512 version of the cell update: the same operations as [`avx2`]'s, 16 lanes wide.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn exp(x: __m512) -> __m512 {
+        let x = _mm512_min_ps(
+            _mm512_max_ps(x, _mm512_set1_ps(-87.0)),
+            _mm512_set1_ps(88.0),
+        );
+        let fx =
+            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(_mm512_fmadd_ps(
+                x,
+                _mm512_set1_ps(std::f32::consts::LOG2_E),
+                _mm512_set1_ps(0.5),
+            ));
+        let r = _mm512_fmadd_ps(fx, _mm512_set1_ps(-0.693_359_4), x);
+        let r = _mm512_fmadd_ps(fx, _mm512_set1_ps(2.121_944_4e-4), r);
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.398_199_9e-3));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.333_452e-3));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166_579_6e-2));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666_666_5e-1));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5));
+        let y = _mm512_add_ps(
+            _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+            _mm512_set1_ps(1.0),
+        );
+        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(fx),
+            _mm512_set1_epi32(127),
+        ));
+        _mm512_mul_ps(y, _mm512_castsi512_ps(e))
+    }
+
+    #[inline(always)]
+    unsafe fn sigmoid(x: __m512) -> __m512 {
+        let one = _mm512_set1_ps(1.0);
+        _mm512_div_ps(
+            one,
+            _mm512_add_ps(one, exp(_mm512_sub_ps(_mm512_setzero_ps(), x))),
+        )
+    }
+
+    #[inline(always)]
+    unsafe fn tanh(x: __m512) -> __m512 {
+        let e = exp(_mm512_mul_ps(x, _mm512_set1_ps(-2.0)));
+        _mm512_sub_ps(
+            _mm512_div_ps(_mm512_set1_ps(2.0), _mm512_add_ps(_mm512_set1_ps(1.0), e)),
+            _mm512_set1_ps(1.0),
+        )
+    }
+
+    /// The cell update on the first multiple of 16 units; returns where it stopped.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `gates` holds at least `4 * c.len()` values and `h` at
+    /// least `c.len()`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) -> usize {
+        let n = c.len();
+        let g = gates.as_ptr();
+        let mut j = 0;
+        while j + 16 <= n {
+            let i = sigmoid(_mm512_loadu_ps(g.add(j)));
+            let f = sigmoid(_mm512_loadu_ps(g.add(n + j)));
+            let gg = tanh(_mm512_loadu_ps(g.add(2 * n + j)));
+            let o = sigmoid(_mm512_loadu_ps(g.add(3 * n + j)));
+            let cn = _mm512_fmadd_ps(f, _mm512_loadu_ps(c.as_ptr().add(j)), _mm512_mul_ps(i, gg));
+            _mm512_storeu_ps(c.as_mut_ptr().add(j), cn);
+            _mm512_storeu_ps(h.as_mut_ptr().add(j), _mm512_mul_ps(o, tanh(cn)));
+            j += 16;
+        }
+        j
+    }
+}
+
 /// One LSTM cell update for one sequence: `gates` holds the pre-activations `[i | f | g | o]`
 /// (PyTorch's gate order, `4 * hidden` values); `c` and `h` (`hidden` values) are updated in
 /// place: `c = sigmoid(f) * c + sigmoid(i) * tanh(g)`, `h = sigmoid(o) * tanh(c)`.
@@ -137,9 +215,15 @@ pub(crate) fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
     #[allow(unused_mut)]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
+    if super::has_avx512f() {
+        // SAFETY: AVX-512F is available and the lengths were checked above.
+        done = unsafe { avx512::lstm_cell(gates, c, h) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::has_avx2_fma() {
-        // SAFETY: AVX2 and FMA are available and the lengths were checked above.
-        done = unsafe { avx2::lstm_cell(gates, c, h) };
+        // SAFETY: AVX2 and FMA are available and the lengths were checked above (this takes
+        // the units the 16-lane pass left).
+        done = unsafe { avx2::lstm_cell(gates, c, h, done) };
     }
     for j in done..n {
         let cn = sigmoid::<false>(gates[n + j]) * c[j]
@@ -223,8 +307,8 @@ mod tests {
         for (a, x) in a.iter().zip(&x) {
             assert!((a - 1.0 / (1.0 + (-x).exp())).abs() < 5e-7);
         }
-        let n = 13; // one AVX block and a scalar tail
-        let gates: Vec<f32> = (0..4 * n).map(|i| (i as f32 - 26.0) * 0.3).collect();
+        let n = 29; // one AVX-512 block, one AVX block and a scalar tail
+        let gates: Vec<f32> = (0..4 * n).map(|i| (i as f32 - 58.0) * 0.13).collect();
         let (mut c, mut h) = (vec![0.5f32; n], vec![0f32; n]);
         lstm_cell(&gates, &mut c, &mut h);
         let s = |v: f32| 1.0 / (1.0 + (-v).exp());

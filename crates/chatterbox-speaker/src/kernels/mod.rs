@@ -6,7 +6,7 @@ mod activation;
 mod packed;
 
 pub(crate) use activation::{affine_relu_cols, lstm_cell, sigmoid_inplace};
-pub(crate) use packed::{gemm_rows, PackedB};
+pub(crate) use packed::{gemm_rows, gemm_rows_into, PackedB};
 
 /// Threads the CPU kernels may use: `RAYON_NUM_THREADS`, else the number of CPUs (as candle).
 pub(crate) fn num_threads() -> usize {

@@ -8,7 +8,7 @@
 //! independent, so the threads never synchronise inside a layer), `W_hh^T` is packed once at
 //! load time, and the gates are computed with vectorised sigmoid/tanh. Elsewhere it is candle
 //! tensor ops, ~12 small ops per step (measured on the 2-core CPU: see the crate README).
-use crate::kernels::{self, gemm_rows, lstm_cell, PackedB};
+use crate::kernels::{self, gemm_rows, gemm_rows_into, lstm_cell, PackedB};
 use crate::weights::tensor;
 use crate::Result;
 use candle_core::{DType, Tensor, D};
@@ -198,30 +198,28 @@ fn forward_cpu(
 fn recur(xp: &[f32], t: usize, hidden: usize, w_hh: &PackedB, out: &mut [f32], all: bool) {
     let g = 4 * hidden;
     let rows = xp.len() / (t * g);
+    let ldc = w_hh.ldc();
     let mut h = vec![0f32; rows * hidden];
     let mut c = vec![0f32; rows * hidden];
-    let mut gates = vec![0f32; rows * g];
+    // rows x ldc (4H rounded up to whole panels; the same for every hidden size that is a
+    // multiple of 4)
+    let mut gates = vec![0f32; rows * ldc];
     for s in 0..t {
-        let xp_row = |r: usize| &xp[(r * t + s) * g..(r * t + s + 1) * g];
-        if s == 0 {
-            for r in 0..rows {
-                gates[r * g..(r + 1) * g].copy_from_slice(xp_row(r));
-            }
-        } else {
-            // gates = xp + h · W_hh^T, written in one pass
+        for r in 0..rows {
+            let xp_row = &xp[(r * t + s) * g..(r * t + s + 1) * g];
+            gates[r * ldc..r * ldc + g].copy_from_slice(xp_row);
+        }
+        if s > 0 {
+            // gates = xp + h · W_hh^T, accumulated in place
             let row = |_: usize, r: usize| &h[r * hidden..(r + 1) * hidden];
-            gemm_rows(0, rows, 1, hidden, row, w_hh, |r, v| {
-                for ((o, x), v) in gates[r * g..(r + 1) * g].iter_mut().zip(xp_row(r)).zip(v) {
-                    *o = x + v;
-                }
-            });
+            gemm_rows_into(0, rows, 1, hidden, row, w_hh, &mut gates);
         }
         for r in 0..rows {
             let (hr, cr) = (
                 &mut h[r * hidden..(r + 1) * hidden],
                 &mut c[r * hidden..(r + 1) * hidden],
             );
-            lstm_cell(&gates[r * g..(r + 1) * g], cr, hr);
+            lstm_cell(&gates[r * ldc..r * ldc + g], cr, hr);
             if all {
                 out[(r * t + s) * hidden..(r * t + s + 1) * hidden].copy_from_slice(hr);
             }
