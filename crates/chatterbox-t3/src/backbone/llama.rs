@@ -196,11 +196,9 @@ impl LlamaMLP {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gu = self.gate_up.forward(x)?;
-        let gate = gu.narrow(D::Minus1, 0, self.intermediate)?;
-        let up = gu.narrow(D::Minus1, self.intermediate, self.intermediate)?;
         Ok(self
             .down_proj
-            .forward(&(candle_nn::ops::silu(&gate)? * up)?)?)
+            .forward(&super::silu_mul::silu_mul(&gu, self.intermediate)?)?)
     }
 }
 

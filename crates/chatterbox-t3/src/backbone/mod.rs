@@ -12,6 +12,7 @@ mod kv_cache;
 mod linear;
 mod llama;
 mod rope;
+mod silu_mul;
 
 pub use attention::StepIndex;
 pub use gpt2::GPT2Model;
