@@ -281,9 +281,9 @@ fn segs<'a, const R: usize>(
 
 /// `rows < 6` rows from `r` against every panel, with enough panels per call to keep enough
 /// accumulators in flight: a 16-column panel is two AVX2 registers but one AVX-512 register,
-/// and with AVX-512 the calls keep 15-20 (8 for one row; the LSTM's recurrence runs 3-6 rows per thread:
-/// 4 rows x 4 panels took the VoiceEncoder on 6 s from 15.1-16.4 to 14.2-14.5 ms against
-/// 4 x 2). Which columns share a call does not change any sum's order.
+/// and with AVX-512 the calls keep 15-20 (8 for one row). The LSTM's recurrence runs 3-6 rows
+/// per thread: 4 rows x 4 panels took the VoiceEncoder on 6 s from 15.1-16.4 to 14.2-14.5 ms
+/// against 4 x 2. Which columns share a call does not change any sum's order.
 #[allow(clippy::too_many_arguments)]
 fn few_rows<'a>(
     rows: usize,
@@ -352,18 +352,16 @@ pub(crate) fn gemm_rows<'a>(
     b: &PackedB,
     mut emit: impl FnMut(usize, &[f32]),
 ) {
-    assert_eq!(chunks * chunk_len, b.k, "gemm_rows: chunks do not cover B");
-    let n = b.n;
-    let ldc = b.ldc();
-    let blocks = k_blocks(chunks, chunk_len);
+    let (n, ldc) = (b.n, b.ldc());
     let mut cbuf = vec![0f32; MC.min(m) * ldc];
     let mut rb = r0;
     while rb < r0 + m {
         let mr = MC.min(r0 + m - rb);
-        cbuf.fill(0.0);
-        row_block(rb, mr, &blocks, chunk_len, &row, b, &mut cbuf, ldc);
-        for i in 0..mr {
-            emit(rb + i, &cbuf[i * ldc..i * ldc + n]);
+        let block = &mut cbuf[..mr * ldc];
+        block.fill(0.0);
+        gemm_rows_into(rb, mr, chunks, chunk_len, &row, b, block);
+        for (i, v) in block.chunks_exact(ldc).enumerate() {
+            emit(rb + i, &v[..n]);
         }
         rb += mr;
     }

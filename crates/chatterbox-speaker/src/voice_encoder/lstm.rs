@@ -146,9 +146,9 @@ fn forward_cpu(
 ) -> Result<Vec<f32>> {
     let threads = kernels::num_threads();
     let g = 4 * hidden;
-    // Two buffers for all layers (a 10 s clip took ~30 MB of fresh buffers per call, one set
-    // per layer; now ~11 MB): the projected inputs, and the hidden states,
-    // which a layer overwrites once its projection has read them.
+    // Two buffers for all layers (one set per layer was ~30 MB of fresh buffers per call for a
+    // 10 s clip; now ~11 MB): the projected inputs, and the hidden states, which a layer
+    // overwrites once its projection has read them.
     let mut xp = vec![0f32; b * t * g];
     let mut states: Vec<f32> = if layers.len() > 1 {
         vec![0f32; b * t * hidden]
