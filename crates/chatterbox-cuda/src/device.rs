@@ -8,6 +8,8 @@ use std::sync::Mutex;
 struct Facts {
     capability: (i32, i32),
     multiprocessors: usize,
+    shared_per_block: usize,
+    shared_per_multiprocessor: usize,
 }
 
 /// Facts by device ordinal: the launchers ask on every call (some once per layer), the answer
@@ -28,6 +30,12 @@ fn facts(dev: &CudaDevice) -> candle_core::Result<Facts> {
             attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         ),
         multiprocessors: attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize,
+        shared_per_block: attribute(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            .max(0) as usize,
+        shared_per_multiprocessor: attribute(
+            A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        )?
+        .max(0) as usize,
     };
     if let Ok(mut v) = FACTS.lock() {
         if cached(&v).is_none() {
@@ -46,4 +54,12 @@ pub fn compute_capability(dev: &CudaDevice) -> candle_core::Result<(i32, i32)> {
 /// The number of multiprocessors of `dev` (at least 1).
 pub fn multiprocessors(dev: &CudaDevice) -> candle_core::Result<usize> {
     Ok(facts(dev)?.multiprocessors)
+}
+
+/// `(per block, per multiprocessor)`: the most shared memory one block may use (after opting
+/// in past 48 KiB with the function's `MAX_DYNAMIC_SHARED_SIZE_BYTES`), and a multiprocessor's
+/// whole shared memory, in bytes.
+pub fn shared_memory(dev: &CudaDevice) -> candle_core::Result<(usize, usize)> {
+    let f = facts(dev)?;
+    Ok((f.shared_per_block, f.shared_per_multiprocessor))
 }

@@ -10,7 +10,7 @@ mod ptx;
 mod view;
 
 #[cfg(feature = "cuda")]
-pub use device::{compute_capability, multiprocessors};
+pub use device::{compute_capability, multiprocessors, shared_memory};
 #[cfg(feature = "cuda")]
 pub use ptx::Ptx;
 #[cfg(feature = "cuda")]

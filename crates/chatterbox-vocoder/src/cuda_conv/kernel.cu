@@ -4,6 +4,7 @@
 #define BM 64
 #define BN 128
 #define BK 8
+#define THREADS 256
 
 // hi: v rounded to TF32 (to nearest); lo: the f32 remainder. Non-finite values (or values that
 // would round past the largest float) stay whole in hi.
@@ -13,6 +14,57 @@ __device__ __forceinline__ void split_tf32(float v, float& hi, float& lo) {
     if ((bits & 0x7f800000u) == 0x7f800000u || (h & 0x7f800000u) == 0x7f800000u) h = bits;
     hi = __uint_as_float(h);
     lo = __fsub_rn(v, hi);
+}
+
+// Two values as an f16 pair (the first in the low half), rounded to nearest and saturated at
+// the largest finite f16, in a float's bits.
+__device__ __forceinline__ float f16_pair(float a, float b) {
+    a = fminf(fmaxf(a, -65504.0f), 65504.0f);
+    b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+    unsigned short ha, hb;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
+    return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
+}
+
+// The activated input, split and laid out for the convolution: for batch b, group cc of BK
+// channels, q < 4 and step t, the float4 (hi of channel 8 cc + q, hi of 8 cc + q + 4, then as
+// f16 pairs (hi, hi), (2^11 lo, 2^11 lo) of the same two), zeros past c_in.
+// act: 0 none, 1 Snake (alpha, inv_alpha), 2 leaky ReLU (slope).
+// Grid: (ceil(t / 256), chunks * 4, batch) blocks of 256 threads.
+extern "C" __global__ void hift_act_split(const float* __restrict__ x,
+                                          const float* __restrict__ alpha,
+                                          const float* __restrict__ inv_alpha,
+                                          float4* __restrict__ xs, int c_in, int t, int act,
+                                          float slope) {
+    const int tt = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y, b = blockIdx.z;
+    if (tt >= t) return;
+    const int cc = row >> 2, r = row & 3;
+    float v[2];
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int c = cc * BK + r + 4 * h;
+        float u = 0.0f;
+        if (c < c_in) {
+            u = x[((unsigned long long)b * c_in + c) * t + tt];
+            if (act == 1) {
+                // Snake, with the rounding of the separate kernels (no contraction)
+                float sn = sinf(__fmul_rn(u, alpha[c]));
+                u = __fadd_rn(u, __fmul_rn(__fmul_rn(sn, sn), inv_alpha[c]));
+            } else if (act == 2) {
+                u = u > 0.0f ? u : __fmul_rn(u, slope);
+            }
+        }
+        v[h] = u;
+    }
+    float4 e;
+    float lo0, lo1;
+    split_tf32(v[0], e.x, lo0);
+    split_tf32(v[1], e.y, lo1);
+    e.z = f16_pair(e.x, e.y);
+    e.w = f16_pair(lo0 * 2048.0f, lo1 * 2048.0f);
+    xs[((unsigned long long)b * gridDim.y + row) * t + tt] = e;
 }
 
 __device__ __forceinline__ void mma_tf32(float* d, float a0, float a1, float a2, float a3,
@@ -35,98 +87,76 @@ __device__ __forceinline__ void mma_f16(float* d, float4 a, float b0, float b1) 
           "r"(__float_as_uint(a.w)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
-// Two values as an f16 pair (the first in the low half), rounded to nearest and saturated at
-// the largest finite f16, in a float's bits.
-__device__ __forceinline__ float f16_pair(float a, float b) {
-    a = fminf(fmaxf(a, -65504.0f), 65504.0f);
-    b = fminf(fmaxf(b, -65504.0f), 65504.0f);
-    unsigned short ha, hb;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
-    return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
 }
 
-// y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] act(x[b, c, t + j dil - pad])) (+ res[b, o, t])
-//              (+ sum[b, o, t]) (/ div, when div != 0).
+// 16 bytes from global to shared, zero-filled when `valid` is false.
+__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, bool valid) {
+    int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] xa[b, c, t + j dil - pad]) (+ res[b, o, t])
+//              (+ sum[b, o, t]) (/ div, when div != 0), where xa is the activated input as
+// `hift_act_split` lays it out (`xs_g`, `chunks` groups of BK channels).
 // wf: the weight split and laid out as mma fragments: for each group of BK input channels, tap
-// and 16 output channels, 32 lanes x (the TF32 fragment of 2^11 hi, the f16 fragment of
-// [2^11 lo, hi]): see `mod.rs`.
-// act: 0 none, 1 Snake (alpha, inv_alpha), 2 leaky ReLU (slope).
-// xs_stride (in float4, 2 mod 8): row stride of the staged window, free of bank conflicts;
-// 4 * (BN + (k - 1) dil) <= MAXP * THREADS (checked by the caller).
-// Shared memory: two staged windows (2 * 4 * xs_stride float4).
-#define THREADS 256
-#define MAXP 4
-extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
-        const float* __restrict__ x, const float4* __restrict__ wf,
+// and 16 output channels, the TF32 fragments of 2^11 hi of the 32 lanes, then the f16
+// fragments of [2^11 lo, hi] (see `mod.rs`).
+// Each step stages one group: its input window (4 rows of xs_stride float4: 2 mod 8, free of
+// bank conflicts, >= BN + (k - 1) dil) and the block's weight fragments for it (k taps x 4
+// tiles of 16 output channels x 64 float4), NS steps in flight (cp.async).
+template <int NS>
+__device__ __forceinline__ void conv_body(
+        const float4* __restrict__ xs_g, const float4* __restrict__ wf,
         const float* __restrict__ bias, const float* __restrict__ res,
-        const float* __restrict__ sum, const float* __restrict__ alpha,
-        const float* __restrict__ inv_alpha, float* __restrict__ y, int c_in, int c_out,
-        int m_tiles, int k, int t_in, int t_out, int dil, int pad, int act, float slope,
-        int has_res, int has_sum, float div, int xs_stride) {
-    // Two buffers of the activated input window of BK channels: for each q < 4 and step s,
-    // (hi of channel q, hi of q + 4, then as f16 pairs: (hi of q, hi of q + 4),
-    // (2^11 lo of q, 2^11 lo of q + 4)).
-    extern __shared__ float4 xs[];
+        const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,
+        int m_tiles, int k, int t_in, int t_out, int dil, int pad, int has_res, int has_sum,
+        float div, int xs_stride) {
+    extern __shared__ float4 smem[];
     const int b = blockIdx.z, o0 = blockIdx.y * BM, t0 = blockIdx.x * BN;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, q = lane & 3;
     const int wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
-    const int mt0 = (o0 + wm) >> 4;
     const int span = BN + (k - 1) * dil;
-    const float* xb = x + (unsigned long long)b * c_in * t_in;
-    const int chunks = (c_in + BK - 1) / BK;
+    // one step's buffer: the window, then the weights
+    const int x_len = 4 * xs_stride, w_len = k * (BM / 16) * 64;
+    const int step_len = x_len + w_len;
+    const float4* xb = xs_g + (unsigned long long)b * chunks * 4 * t_in;
+    const int mt0 = o0 >> 4;
 
-    // The raw input values of one channel group (at most MAXP pairs per thread).
-    float pre[MAXP][2];
-    auto fetch = [&](int cc) {
-        #pragma unroll
-        for (int p = 0; p < MAXP; ++p) {
-            const int i = tid + p * THREADS;
-            pre[p][0] = 0.0f;
-            pre[p][1] = 0.0f;
-            if (i < 4 * span) {
-                const int r = i / span, s = i - r * span, tt = t0 + s - pad;
+    // Copies group cc's window (zeros outside the input) and weights into its buffer and
+    // commits the copies (an empty group past the last, which keeps the count in flight fixed).
+    auto issue = [&](int cc) {
+        if (cc < chunks) {
+            float4* buf = smem + (cc % NS) * step_len;
+            for (int s = tid; s < span; s += THREADS) {
+                const int tt = t0 + s - pad;
+                const bool ok = tt >= 0 && tt < t_in;
+                const float4* src = xb + (unsigned long long)cc * 4 * t_in + (ok ? tt : 0);
                 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int c = cc * BK + r + 4 * h;
-                    if (c < c_in && tt >= 0 && tt < t_in)
-                        pre[p][h] = xb[(unsigned long long)c * t_in + tt];
-                }
+                for (int r = 0; r < 4; ++r)
+                    cp_async16(smem_addr(buf + r * xs_stride + s),
+                               src + (unsigned long long)r * t_in, ok);
             }
+            // per tap, the 4 tiles of this block are contiguous (BM / 16 * 64 float4)
+            const float4* wsrc = wf + ((unsigned long long)cc * k * m_tiles + mt0) * 64;
+            // (THREADS == BM / 16 * 64: one value per thread and tap)
+            for (int j = 0; j < k; ++j)
+                cp_async16(smem_addr(buf + x_len + j * THREADS + tid),
+                           wsrc + (unsigned long long)j * m_tiles * 64 + tid, true);
         }
-    };
-    auto store = [&](int cc, float4* buf) {
-        #pragma unroll
-        for (int p = 0; p < MAXP; ++p) {
-            const int i = tid + p * THREADS;
-            if (i < 4 * span) {
-                const int r = i / span, s = i - r * span;
-                float v[2];
-                #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int c = cc * BK + r + 4 * h;
-                    float u = pre[p][h];
-                    if (c < c_in) {
-                        if (act == 1) {
-                            // Snake, with the rounding of the separate kernels (no contraction)
-                            float sn = sinf(__fmul_rn(u, alpha[c]));
-                            u = __fadd_rn(u, __fmul_rn(__fmul_rn(sn, sn), inv_alpha[c]));
-                        } else if (act == 2) {
-                            u = u > 0.0f ? u : __fmul_rn(u, slope);
-                        }
-                    }
-                    v[h] = u;
-                }
-                float4 e;
-                float lo0, lo1;
-                split_tf32(v[0], e.x, lo0);
-                split_tf32(v[1], e.y, lo1);
-                e.z = f16_pair(e.x, e.y);
-                e.w = f16_pair(lo0 * 2048.0f, lo1 * 2048.0f);
-                buf[r * xs_stride + s] = e;
-            }
-        }
+        cp_async_commit();
     };
 
     float acc[2][4][4];
@@ -136,11 +166,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
         for (int j = 0; j < 4; ++j)
             #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
-    fetch(0);
-    store(0, xs);
-    __syncthreads();
+    #pragma unroll
+    for (int s = 0; s < NS - 1; ++s) issue(s);
     for (int cc = 0; cc < chunks; ++cc) {
-        const float4* cur = xs + (cc & 1) * 4 * xs_stride + q * xs_stride + wn + g;
+        // this group's copies have landed (every thread's), and every warp is done with the
+        // buffer the next issue overwrites (the previous group's)
+        cp_async_wait<NS - 2>();
+        __syncthreads();
+        issue(cc + NS - 1);
+        const float4* buf = smem + (cc % NS) * step_len;
+        const float4* cur = buf + q * xs_stride + wn + g;
+        const float4* wc = buf + x_len + (wm >> 4) * 64 + lane;
         // This group's sum starts from zero on the tensor cores and is added to the running
         // sum in f32: the tensor cores align each addend to the largest and truncate, so a
         // long accumulation there would lose the low bits of every product against the total.
@@ -151,26 +187,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             for (int j = 0; j < 4; ++j)
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) part[i][j][r] = 0.0f;
-        const float4* wc = wf + (unsigned long long)cc * k * m_tiles * 64 + (mt0 * 32 + lane) * 2;
         float4 ah[2], al[2];
         #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
-            ah[mi] = __ldg(wc + mi * 64);
-            al[mi] = __ldg(wc + mi * 64 + 1);
+            ah[mi] = wc[mi * 64];
+            al[mi] = wc[mi * 64 + 32];
         }
         for (int j = 0; j < k; ++j) {
             // the next tap's weights load while this tap computes
             const int jn = j + 1 < k ? j + 1 : j;
             float4 nh[2], nl[2], bx[4];
-            const float4* wj = wc + (unsigned long long)jn * m_tiles * 64;
+            const float4* wj = wc + jn * (BM / 16) * 64;
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
-                nh[mi] = __ldg(wj + mi * 64);
-                nl[mi] = __ldg(wj + mi * 64 + 1);
+                nh[mi] = wj[mi * 64];
+                nl[mi] = wj[mi * 64 + 32];
             }
             #pragma unroll
             for (int ni = 0; ni < 4; ++ni) bx[ni] = cur[ni * 8 + j * dil];
-            // 2^11 (lo_w hi_x + hi_w lo_x) on f16, then 2^11 hi_w hi_x on TF32, into each sum
+            // 2^11 (lo_w hi_x + hi_w lo_x) on f16, then 2^11 hi_w hi_x on TF32
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
                 #pragma unroll
@@ -180,7 +215,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             for (int mi = 0; mi < 2; ++mi)
                 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_tf32(part[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, bx[ni].x, bx[ni].y);
+                    mma_tf32(part[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w,
+                             bx[ni].x, bx[ni].y);
             #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
                 ah[mi] = nh[mi];
@@ -192,14 +228,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             #pragma unroll
             for (int j = 0; j < 4; ++j)
                 #pragma unroll
-                for (int r = 0; r < 4; ++r) acc[i][j][r] = __fmaf_rn(part[i][j][r], 4.8828125e-4f, acc[i][j][r]);
-        // The next group's window: fetched here rather than before the taps, which keeps
-        // its registers free during them (128 per thread, two blocks per multiprocessor).
-        if (cc + 1 < chunks) {
-            fetch(cc + 1);
-            store(cc + 1, xs + ((cc + 1) & 1) * 4 * xs_stride);
-        }
-        __syncthreads();
+                for (int r = 0; r < 4; ++r)
+                    acc[i][j][r] = __fmaf_rn(part[i][j][r], 4.8828125e-4f, acc[i][j][r]);
     }
     float* yb = y + (unsigned long long)b * c_out * t_out;
     const float* rb = res + (unsigned long long)b * c_out * t_out;
@@ -223,3 +253,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_tf32x3(
             }
 }
 
+#define CONV_KERNEL(NAME, NS)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) NAME(                             \
+            const float4* __restrict__ xs_g, const float4* __restrict__ wf,                    \
+            const float* __restrict__ bias, const float* __restrict__ res,                     \
+            const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,       \
+            int m_tiles, int k, int t_in, int t_out, int dil, int pad, int has_res,            \
+            int has_sum, float div, int xs_stride) {                                           \
+        conv_body<NS>(xs_g, wf, bias, res, sum, y, chunks, c_out, m_tiles, k, t_in, t_out,     \
+                      dil, pad, has_res, has_sum, div, xs_stride);                             \
+    }
+CONV_KERNEL(hift_conv_s2, 2)
+CONV_KERNEL(hift_conv_s3, 3)
+CONV_KERNEL(hift_conv_s4, 4)

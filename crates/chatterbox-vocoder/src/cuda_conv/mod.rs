@@ -17,16 +17,20 @@
 //! output's scale off an f64 reference on a 64-channel, 11-tap case; per group it is 2e-7 to
 //! 6e-7; strict FP32 is ~1e-7, plain TF32, as PyTorch's cuDNN convolutions run, ~1e-3).
 //!
-//! One block computes 64 output channels x 128 time steps with 8 warps of 32 x 32. For each
-//! group of 8 input channels it stages the activated, split input window (128 steps plus the
-//! kernel's dilated reach) in shared memory once and runs every tap from it: no im2col. The
-//! weights are split at load time and laid out as mma fragments, read through L1.
+//! Two kernels per convolution. `hift_act_split` applies the activation once and writes the
+//! input split and laid out for the mma (4 floats per value: 2x the input). The convolution
+//! then computes 64 output channels x 128 time steps per block with 8 warps of 32 x 32: for
+//! each group of 8 input channels, `cp.async` copies the window (128 steps plus the kernel's
+//! dilated reach) and the block's weight fragments for that group into shared memory, two to
+//! four groups ahead, and every tap runs from there: no im2col, and no global loads or
+//! arithmetic besides the mma between the barriers. The weights are split at load time and
+//! laid out as mma fragments.
 //!
-//! On the H100 (20 s of audio) the staging is about a quarter of the time: a variant that
-//! skips it (wrong output, timing only) decodes in 14.8 ms against 20.0, one without the Snake
-//! in 18.1. The mma work itself is latency-bound at two blocks per multiprocessor (128
-//! registers per thread): three TF32 mma per product took 20.4-20.6 ms, two mma 19.8-20.1.
+//! On the H100 (20 s of audio, `cargo xtask bench vocoder`): decode 19.4 ms with the window
+//! staged (activation and split) by the convolution itself and the weights read through L1,
+//! 17.3 with the split kernel and the window by `cp.async`, 14.5 with the weights staged too.
 use crate::split_precision::{f16_pair, split};
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SHARED_SIZE_BYTES;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
@@ -34,15 +38,65 @@ use chatterbox_cuda::Ptx;
 use std::sync::OnceLock;
 
 const MODULE: &str = "chatterbox_vocoder_conv_tf32x3";
-const KERNEL: &str = "hift_conv_tf32x3";
-/// Output channels, time steps and input channels per block step (must match the source).
+const SPLIT_KERNEL: &str = "hift_act_split";
+/// Output channels, time steps and input channels per group (must match the source).
 const BM: usize = 64;
 const BN: usize = 128;
 const BK: usize = 8;
-/// Threads per block and the input values one block stages per channel group at most
-/// (`THREADS`, `MAXP * THREADS` in the source).
+/// Threads per block of the convolution and of the split.
 const THREADS: usize = 256;
-const MAX_STAGED: usize = 4 * THREADS;
+/// Shared memory a block may use without opting in.
+const SMEM: usize = 48 * 1024;
+
+/// The convolution's builds by the number of channel groups in flight (`NS` in the source).
+const KERNELS: [(usize, &str); 3] = [
+    (4, "hift_conv_s4"),
+    (3, "hift_conv_s3"),
+    (2, "hift_conv_s2"),
+];
+
+/// A forced number of groups in flight (`CHATTERBOX_HIFT_CONV_STEPS`, for timing).
+fn forced_steps() -> Option<usize> {
+    static V: OnceLock<Option<usize>> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("CHATTERBOX_HIFT_CONV_STEPS")
+            .ok()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Shared memory of one group in flight, in bytes: the window and the block's weights.
+fn step_bytes(k: usize, dilation: usize) -> usize {
+    (4 * xs_stride(BN + (k - 1) * dilation) + k * (BM / 16) * 64) * 16
+}
+
+/// The kernel for `k` taps at `dilation` and its shared memory: the most groups in flight that
+/// still let two blocks share a multiprocessor, else two (`None` if two do not fit a block).
+fn pick_kernel(
+    k: usize,
+    dilation: usize,
+    (per_block, per_sm): (usize, usize),
+) -> Option<(&'static str, usize)> {
+    let step = step_bytes(k, dilation);
+    let fits = |ns: usize| ns * step <= per_block;
+    // (the driver reserves 1 KiB of a multiprocessor's shared memory per block)
+    let two_per_sm = |ns: usize| 2 * (ns * step + 1024) <= per_sm;
+    let pick = match forced_steps() {
+        Some(f) => KERNELS.into_iter().find(|&(ns, _)| ns == f && fits(ns)),
+        None => KERNELS
+            .into_iter()
+            .find(|&(ns, _)| fits(ns) && two_per_sm(ns))
+            .or_else(|| KERNELS.into_iter().find(|&(ns, _)| ns == 2 && fits(ns))),
+    };
+    pick.map(|(ns, name)| (name, ns * step))
+}
+
+/// The staged window's row stride (in float4) for `span` steps: the next one that is 2 mod 8,
+/// which keeps the fragment loads free of bank conflicts.
+fn xs_stride(span: usize) -> usize {
+    (span + 6).next_multiple_of(8) - 6
+}
 
 const SOURCE: &str = include_str!("kernel.cu");
 
@@ -98,6 +152,9 @@ pub(crate) struct Tf32x3Conv {
     dilation: usize,
     /// The GPU's multiprocessors.
     sms: usize,
+    /// The build of the kernel for this size and its shared memory in bytes.
+    kernel: &'static str,
+    smem: usize,
 }
 
 impl Tf32x3Conv {
@@ -113,29 +170,40 @@ impl Tf32x3Conv {
             return Ok(None);
         };
         let (c_out, c_in, k) = weight.dims3()?;
-        let wide = 4 * (BN + (k - 1) * dilation) > MAX_STAGED;
-        // (the two staged windows then fit in 48 KiB of shared memory)
-        if weight.dtype() != DType::F32 || bias.dtype() != DType::F32 || wide {
+        if weight.dtype() != DType::F32 || bias.dtype() != DType::F32 {
             return Ok(None);
         }
         let Some(sms) = tensor_core_sms(dev)? else {
             return Ok(None);
         };
-        dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
+        // two groups in flight must fit the shared memory of a block
+        let shared = chatterbox_cuda::shared_memory(dev)?;
+        let Some((kernel, smem)) = pick_kernel(k, dilation, shared) else {
+            return Ok(None);
+        };
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX.get()?)?;
+        if smem > SMEM {
+            // the most a block may have (a launch sets what it uses): convolutions of other
+            // sizes share the build
+            func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
+                .w()?;
+        }
         let c_out_pad = c_out.next_multiple_of(BM);
         let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
         let src = weight.flatten_all()?.to_vec1::<f32>()?;
-        // mma fragments: per (channel group, tap, 16 output channels, lane), with
-        // o = 16 m + lane / 4 and c = 8 cc + lane % 4 (zeros past c_in and c_out), eight
-        // values: the TF32 fragment of 2^11 hi, then the f16 fragment of the cross terms,
-        // whose depth 16 is (2^11 lo of channels c, c + 4; hi of c, c + 4) against the input's
-        // (hi of c, c + 4; 2^11 lo of c, c + 4).
+        // mma fragments: per (channel group, tap, 16 output channels), for each lane (with
+        // o = 16 m + lane / 4 and c = 8 cc + lane % 4, zeros past c_in and c_out) the TF32
+        // fragment of 2^11 hi (4 values), then for each lane the f16 fragment of the cross
+        // terms, whose depth 16 is (2^11 lo of channels c, c + 4; hi of c, c + 4) against the
+        // input's (hi of c, c + 4; 2^11 lo of c, c + 4). A warp's loads of either are 512
+        // contiguous bytes.
         let mut w = vec![0f32; chunks * k * m_tiles * 32 * 8];
         for cc in 0..chunks {
             for j in 0..k {
                 for m in 0..m_tiles {
                     for lane in 0..32 {
-                        let at = (((cc * k + j) * m_tiles + m) * 32 + lane) * 8;
+                        let tile = ((cc * k + j) * m_tiles + m) * 256;
+                        let (at, at_f16) = (tile + lane * 4, tile + 128 + lane * 4);
                         let (o0, c0) = (16 * m + lane / 4, BK * cc + lane % 4);
                         let parts = |d_o: usize, d_c: usize| {
                             let (o, c) = (o0 + d_o, c0 + d_c);
@@ -156,15 +224,15 @@ impl Tf32x3Conv {
                         // then of hi at rows o, o + 8
                         for (i, d_o) in [0, 8].into_iter().enumerate() {
                             let (a, b) = (parts(d_o, 0), parts(d_o, 4));
-                            w[at + 4 + i] = f16_pair(a.1 * 2048.0, b.1 * 2048.0);
-                            w[at + 6 + i] = f16_pair(a.0, b.0);
+                            w[at_f16 + i] = f16_pair(a.1 * 2048.0, b.1 * 2048.0);
+                            w[at_f16 + 2 + i] = f16_pair(a.0, b.0);
                         }
                     }
                 }
             }
         }
         Ok(Some(Self {
-            w: Tensor::from_vec(w, chunks * k * m_tiles * 32 * 8, weight.device())?,
+            w: Tensor::from_vec(w, chunks * k * m_tiles * 256, weight.device())?,
             bias: bias.flatten_all()?.contiguous()?,
             c_in,
             c_out,
@@ -173,6 +241,8 @@ impl Tf32x3Conv {
             padding,
             dilation,
             sms,
+            kernel,
+            smem,
         }))
     }
 
@@ -318,7 +388,7 @@ impl CustomOp1 for ConvOp<'_> {
             candle_core::bail!("hift conv1d: sizes past 31 bits")
         }
         let xv = crate::cuda::f32_view(x, xl, "input")?;
-        // The bias stands in for absent operands: the kernel never reads those.
+        // The bias stands in for absent operands: the kernels never read those.
         let (ws, wl) = cv.w.storage_and_layout();
         let (bs, bl) = cv.bias.storage_and_layout();
         let (ps, pl) = self.snake.map_or(&cv.bias, |s| s.0).storage_and_layout();
@@ -333,24 +403,41 @@ impl CustomOp1 for ConvOp<'_> {
         let (rv, sv) = (view(&rs, rl, "residual")?, view(&ss, sl, "sum")?);
 
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
+        let chunks = cv.c_in.div_ceil(BK);
         let span = BN + (cv.k - 1) * cv.dilation;
-        // the next stride >= span that is 2 mod 8 (in float4): conflict-free fragment loads
-        let xs_stride = (span + 6).next_multiple_of(8) - 6;
-        // two staged windows
-        let smem = 2 * 4 * xs_stride * 16;
-        if 4 * span > MAX_STAGED || smem > 48 * 1024 {
-            // `Tf32x3Conv::new` does not build one for such a kernel
-            candle_core::bail!(
-                "hift conv1d: {} taps at dilation {} are too wide",
-                cv.k,
-                cv.dilation
-            )
+        let xs_stride = xs_stride(span);
+        if b * chunks * 4 * t * 4 > i32::MAX as usize {
+            candle_core::bail!("hift conv1d: an input of {t} samples is too long")
         }
+
+        // The activated, split input (4 floats per input value, rounded up to whole groups).
+        // SAFETY: the split kernel writes every value.
+        let xs = unsafe { dev.alloc::<f32>(b * chunks * 4 * t * 4)? };
+        let func = dev.get_or_load_custom_func(SPLIT_KERNEL, MODULE, PTX.get()?)?;
+        let (c_in, t_i) = (cv.c_in as i32, t as i32);
+        let mut builder = func.builder();
+        builder.arg(&xv);
+        builder.arg(&av);
+        builder.arg(&iv);
+        builder.arg(&xs);
+        builder.arg(&c_in);
+        builder.arg(&t_i);
+        builder.arg(&self.act);
+        builder.arg(&self.slope);
+        let cfg = LaunchConfig {
+            grid_dim: (t.div_ceil(THREADS) as u32, (chunks * 4) as u32, b as u32),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: reads `x` (b * c_in * t values, channels past c_in skipped) and `c_in` Snake
+        // parameters when act == 1; writes `xs` at b * chunks * 4 * t float4, its whole length.
+        unsafe { builder.launch(cfg) }.w()?;
+
         // SAFETY: the kernel writes every value of `y`.
         let y = unsafe { dev.alloc::<f32>(b * cv.c_out * t_out)? };
+        let func = dev.get_or_load_custom_func(cv.kernel, MODULE, PTX.get()?)?;
         let ints = [
-            cv.c_in,
+            chunks,
             cv.c_out,
             cv.c_out_pad / 16,
             cv.k,
@@ -367,19 +454,15 @@ impl CustomOp1 for ConvOp<'_> {
         let div = self.epi.div.unwrap_or(0.0);
         let xs_stride = xs_stride as i32;
         let mut builder = func.builder();
-        builder.arg(&xv);
+        builder.arg(&xs);
         builder.arg(&wv);
         builder.arg(&bv);
         builder.arg(&rv);
         builder.arg(&sv);
-        builder.arg(&av);
-        builder.arg(&iv);
         builder.arg(&y);
         for v in &ints {
             builder.arg(v);
         }
-        builder.arg(&self.act);
-        builder.arg(&self.slope);
         builder.arg(&has_res);
         builder.arg(&has_sum);
         builder.arg(&div);
@@ -391,12 +474,12 @@ impl CustomOp1 for ConvOp<'_> {
                 b as u32,
             ),
             block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: cv.smem as u32,
         };
-        // SAFETY: reads `x` (b * c_in * t values, bounds checked per element), the laid-out
-        // weight fragments (chunks * k * m_tiles * 64 float4, every index inside), `c_out` biases,
-        // `c_in` Snake parameters when act == 1, the residual and the sum (b * c_out * t_out
-        // each, checked in `forward`) when has_res / has_sum; writes `y` inside its
+        // SAFETY: reads `xs` (b * chunks * 4 * t float4; out-of-range steps are zero-filled,
+        // not read), the laid-out weight fragments (chunks * k * m_tiles * 64 float4, every
+        // index inside: a block reads its 4 tiles of 16 output channels, inside c_out_pad), `c_out` biases, the residual and the sum (b * c_out * t_out each,
+        // checked in `forward`) when has_res / has_sum; writes `y` inside its
         // b * c_out * t_out values.
         unsafe { builder.launch(cfg) }.w()?;
         Ok((
@@ -409,6 +492,33 @@ impl CustomOp1 for ConvOp<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn picks_the_most_groups_in_flight_that_fit() {
+        // H100: 227 KiB per block, 228 KiB per multiprocessor
+        let h100 = (232_448, 233_472);
+        // 11 taps at dilation 5: a 178-step window (11.1 KiB) and 44 KiB of weights per group
+        assert_eq!(step_bytes(11, 5), (4 * 178 + 11 * 256) * 16);
+        assert_eq!(
+            pick_kernel(11, 5, h100),
+            Some(("hift_conv_s2", 2 * step_bytes(11, 5)))
+        );
+        assert_eq!(
+            pick_kernel(3, 1, h100),
+            Some(("hift_conv_s4", 4 * step_bytes(3, 1)))
+        );
+        assert_eq!(
+            pick_kernel(7, 1, h100),
+            Some(("hift_conv_s3", 3 * step_bytes(7, 1)))
+        );
+        // one block per multiprocessor when two do not fit; none past a block's limit
+        let small = (120_000, 150_000);
+        assert_eq!(
+            pick_kernel(11, 5, small),
+            Some(("hift_conv_s2", 2 * step_bytes(11, 5)))
+        );
+        assert_eq!(pick_kernel(11, 5, (48 * 1024, 100_000)), None);
+    }
 
     #[test]
     #[ignore = "needs a CUDA GPU"]
