@@ -51,6 +51,10 @@ pub(crate) enum Act<'a> {
 /// `F.leaky_relu(x, slope)` with candle ops: `max(x, 0) + slope * min(x, 0)`, exactly torch's
 /// `x > 0 ? x : x * slope` for both signs.
 pub(crate) fn leaky_relu(x: &Tensor, slope: f64) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if crate::cuda::applies(x) {
+        return crate::cuda_glue::leaky_relu(x, slope);
+    }
     x.maximum(0f32)? + (x.minimum(0f32)? * slope)?
 }
 
@@ -282,6 +286,30 @@ pub(crate) fn conv_transpose1d_unpadded(
         .map(|i| x.narrow(0, i, 1)?.conv_transpose1d(w, 0, 0, stride, 1, 1))
         .collect::<candle_core::Result<Vec<_>>>()?;
     Tensor::cat(&ys, 0)
+}
+
+impl ConvTranspose1d {
+    /// `forward(x)`, then with `reflect` `nn.ReflectionPad1d((1, 0))` (`x[..., 1]` prepended),
+    /// then `+ source` (`decode`'s upsampling step). On CUDA the bias, crop, pad and sum are
+    /// one kernel.
+    pub fn forward_sum(
+        &self,
+        x: &Tensor,
+        reflect: bool,
+        source: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let y = conv_transpose1d_unpadded(x, &self.weight, self.stride)?;
+        #[cfg(feature = "cuda")]
+        if crate::cuda::applies(&y) && crate::cuda::applies(source) {
+            return crate::cuda_glue::ups_sum(&y, &self.bias, self.padding, reflect, source);
+        }
+        let len = y.dim(2)? - 2 * self.padding;
+        let mut y = y.narrow(2, self.padding, len)?.broadcast_add(&self.bias)?;
+        if reflect {
+            y = Tensor::cat(&[&y.narrow(2, 1, 1)?, &y], 2)?;
+        }
+        y + source
+    }
 }
 
 impl Module for ConvTranspose1d {

@@ -7,7 +7,7 @@ use crate::resblock::ResBlock;
 use crate::source::{SineDraws, SourceModuleHnNSF};
 use crate::stft::{InverseStft, SourceStft};
 use crate::Result;
-use candle_core::{DType, Module, Tensor};
+use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 use rand::Rng;
 
@@ -319,15 +319,11 @@ impl HiFTGenerator {
         let k = self.cfg.resblock_kernel_sizes.len();
         let mut x = self.conv_pre.forward_with(mel, Act::Identity, None, fast)?;
         for i in 0..n {
-            x = leaky_relu(&x, self.cfg.lrelu_slope)?;
-            x = self.ups[i].forward(&x)?;
-            if i == n - 1 {
-                // nn.ReflectionPad1d((1, 0)): prepend x[..., 1].
-                x = Tensor::cat(&[&x.narrow(2, 1, 1)?, &x], 2)?;
-            }
             let si = self.source_downs[i].forward_with(&s_stft, Act::Identity, None, fast)?;
             let si = self.source_resblocks[i].forward_with(&si, fast)?;
-            x = (x + si)?;
+            x = leaky_relu(&x, self.cfg.lrelu_slope)?;
+            // the last upsampling has nn.ReflectionPad1d((1, 0)) after it
+            x = self.ups[i].forward_sum(&x, i == n - 1, &si)?;
             // `xs = xs + resblock_j(x)`, then `xs / num_kernels` (a true division, as
             // torch does it), fused into the blocks' last convolutions on CUDA.
             let mut xs: Option<Tensor> = None;
@@ -341,11 +337,18 @@ impl HiFTGenerator {
             .conv_post
             .forward_with(&x, Act::LeakyRelu(DEFAULT_LRELU_SLOPE), None, fast)?;
         let bins = self.cfg.istft_params.n_fft / 2 + 1;
-        let magnitude = x.narrow(1, 0, bins)?.exp()?.minimum(1e2f32)?;
-        let phase = x.narrow(1, bins, bins)?.sin()?;
-        let real = (&magnitude * phase.cos()?)?;
-        let imag = (&magnitude * phase.sin()?)?;
-        let wav = self.istft.forward(&Tensor::cat(&[&real, &imag], 1)?)?;
+        let spectrum = |x: &Tensor| -> candle_core::Result<Tensor> {
+            #[cfg(feature = "cuda")]
+            if crate::cuda::applies(x) {
+                return crate::cuda_glue::spectrum(x, bins);
+            }
+            let magnitude = x.narrow(1, 0, bins)?.exp()?.minimum(1e2f32)?;
+            let phase = x.narrow(1, bins, bins)?.sin()?;
+            let real = (&magnitude * phase.cos()?)?;
+            let imag = (&magnitude * phase.sin()?)?;
+            Tensor::cat(&[&real, &imag], 1)
+        };
+        let wav = self.istft.forward(&spectrum(&x)?)?;
         let limit = self.cfg.audio_limit;
         Ok(wav.clamp(-limit, limit)?)
     }

@@ -7,6 +7,8 @@ mod cpu;
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_conv;
+#[cfg(feature = "cuda")]
+mod cuda_glue;
 mod error;
 mod f0_predictor;
 mod generator;
