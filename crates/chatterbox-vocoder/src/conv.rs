@@ -179,8 +179,8 @@ impl Conv1d {
             dilation,
         } = self.cfg;
         #[cfg(feature = "cuda")]
-        let y = if stride == 1 && crate::cuda::applies(&x) && self.weight.dtype() == x.dtype() {
-            crate::cuda::conv1d(&x, &self.weight, padding, dilation)?
+        let y = if crate::cuda::applies(&x) && self.weight.dtype() == x.dtype() {
+            crate::cuda::conv1d(&x, &self.weight, padding, stride, dilation)?
         } else {
             x.conv1d(&self.weight, padding, stride, dilation, 1)?
         };
@@ -203,6 +203,11 @@ impl Conv1d {
 
 #[cfg(feature = "cuda")]
 impl Conv1d {
+    /// The 3xTF32 tensor-core form, where this convolution has one.
+    pub fn tf32x3(&self) -> Option<&crate::cuda_conv::Tf32x3Conv> {
+        self.cuda.as_ref()
+    }
+
     /// `(sum + (conv(act(x)) + bias + residual)) / div` as one 3xTF32 tensor-core kernel
     /// (`crate::cuda_conv`), or `None` where that kernel does not apply.
     pub fn forward_cuda(

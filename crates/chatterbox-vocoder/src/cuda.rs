@@ -44,13 +44,13 @@ extern "C" __global__ void hift_bias_residual_f32(const float* x, const float* b
     }
 }
 
-// col[b, c * k + j, t] = x[b, c, t + j * dilation - padding] (0 outside): the input of a
-// stride-1 convolution unrolled so that `W (C_out, C_in * K) @ col (C_in * K, T_out)` is the
+// col[b, c * k + j, t] = x[b, c, t * stride + j * dilation - padding] (0 outside): the input
+// of a convolution unrolled so that `W (C_out, C_in * K) @ col (C_in * K, T_out)` is the
 // output in channels-first layout. One row of `col` per `blockIdx.y` step, threads along `t`:
-// reads and writes coalesce and no thread divides.
+// writes coalesce (reads too at stride 1) and no thread divides.
 extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsigned int c_in,
         unsigned int k, unsigned int len_in, unsigned int len_out, unsigned int dilation,
-        unsigned int padding, unsigned int rows) {
+        unsigned int padding, unsigned int rows, unsigned int stride) {
     for (unsigned int row = blockIdx.y; row < rows; row += gridDim.y) {
         unsigned int j = row % k;
         const float* src = x + (unsigned long long)(row / k) * len_in;
@@ -58,7 +58,7 @@ extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsign
         long long shift = (long long)j * dilation - (long long)padding;
         for (unsigned int t = blockIdx.x * blockDim.x + threadIdx.x; t < len_out;
              t += blockDim.x * gridDim.x) {
-            long long s = (long long)t + shift;
+            long long s = (long long)t * stride + shift;
             dst[t] = (s >= 0 && s < (long long)len_in) ? src[s] : 0.0f;
         }
     }
@@ -114,13 +114,16 @@ fn dims(l: &Layout, c_len: usize, what: &str) -> candle_core::Result<(usize, usi
 
 struct Im2ColOp {
     k: usize,
+    stride: usize,
     dilation: usize,
     padding: usize,
 }
 
 impl Im2ColOp {
     fn len_out(&self, len_in: usize) -> Option<usize> {
-        (len_in + 2 * self.padding).checked_sub(self.dilation * (self.k - 1))
+        (len_in + 2 * self.padding)
+            .checked_sub(self.dilation * (self.k - 1) + 1)
+            .map(|n| n / self.stride + 1)
     }
 }
 
@@ -142,9 +145,17 @@ impl candle_core::CustomOp1 for Im2ColOp {
         let Some(t_out) = self.len_out(t).filter(|&n| n > 0) else {
             candle_core::bail!("hift conv1d: input of {t} samples is too short")
         };
-        if [b * c * self.k, t, t_out, self.dilation, self.padding]
-            .iter()
-            .any(|&v| v > u32::MAX as usize)
+        if [
+            b * c * self.k,
+            t,
+            t_out,
+            self.dilation,
+            self.padding,
+            self.stride,
+        ]
+        .iter()
+        .any(|&v| v > u32::MAX as usize)
+            || t_out * self.stride + self.dilation * (self.k - 1) > u32::MAX as usize
         {
             candle_core::bail!("hift conv1d: sizes past 32 bits")
         }
@@ -155,7 +166,17 @@ impl candle_core::CustomOp1 for Im2ColOp {
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<f32>(n)? };
         let rows = b * c * self.k;
-        let args = [c, self.k, t, t_out, self.dilation, self.padding, rows].map(|v| v as u32);
+        let args = [
+            c,
+            self.k,
+            t,
+            t_out,
+            self.dilation,
+            self.padding,
+            rows,
+            self.stride,
+        ]
+        .map(|v| v as u32);
         let mut builder = func.builder();
         builder.arg(&xv);
         builder.arg(&out);
@@ -181,22 +202,27 @@ impl candle_core::CustomOp1 for Im2ColOp {
     }
 }
 
-/// A stride-1 `conv1d` of `x` `(B, C_in, T)` with `weight` `(C_out, C_in, K)`: a channels-first
-/// im2col and one GEMM, whose `(B, C_out, T_out)` result needs no transpose (candle's CUDA
-/// `conv1d` builds a time-major im2col with strided reads, then transposes the product).
-/// Same sums in the same precision (FP32 GEMM), in cuBLAS's order.
+/// A `conv1d` of `x` `(B, C_in, T)` with `weight` `(C_out, C_in, K)`: a channels-first im2col
+/// and one GEMM, whose `(B, C_out, T_out)` result needs no transpose (candle's CUDA `conv1d`
+/// builds a time-major im2col with strided reads, then transposes the product). Same sums in
+/// the same precision (FP32 GEMM), in cuBLAS's order.
 pub(crate) fn conv1d(
     x: &Tensor,
     weight: &Tensor,
     padding: usize,
+    stride: usize,
     dilation: usize,
 ) -> candle_core::Result<Tensor> {
     let (c_out, c_in, k) = weight.dims3()?;
     if x.dim(1)? != c_in {
         candle_core::bail!("hift conv1d: {} input channels, expected {c_in}", x.dim(1)?)
     }
+    if stride == 0 || dilation == 0 || k == 0 {
+        candle_core::bail!("hift conv1d: stride {stride}, dilation {dilation}, {k} taps")
+    }
     let col = x.apply_op1_no_bwd(&Im2ColOp {
         k,
+        stride,
         dilation,
         padding,
     })?;
@@ -338,17 +364,19 @@ mod tests {
 
         // the convolution against candle's, for a dilated and padded case and a batch of 2
         let w = Tensor::randn(0f32, 0.3, (7, 5, 3), &dev)?;
-        for (padding, dilation) in [(3, 3), (0, 1), (5, 5)] {
-            let want = x.conv1d(&w, padding, 1, dilation, 1)?;
-            let got = conv1d(&x, &w, padding, dilation)?;
+        for (padding, stride, dilation) in [(3, 1, 3), (0, 1, 1), (5, 1, 5), (1, 3, 1), (7, 15, 2)]
+        {
+            let want = x.conv1d(&w, padding, stride, dilation, 1)?;
+            let got = conv1d(&x, &w, padding, stride, dilation)?;
             assert_eq!(got.dims(), want.dims());
             let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(
                 max_diff(&got, &want)? <= 1e-5 * scale,
-                "p={padding} d={dilation}"
+                "p={padding} s={stride} d={dilation}"
             );
         }
-        assert!(conv1d(&x.narrow(2, 0, 4)?.contiguous()?, &w, 0, 5).is_err());
+        assert!(conv1d(&x.narrow(2, 0, 4)?.contiguous()?, &w, 0, 1, 5).is_err());
+        assert!(conv1d(&x, &w, 0, 0, 1).is_err());
 
         // a residual of another shape is an error, not a wrong read
         let short = Tensor::zeros((2, 5, 1000), DType::F32, &dev)?;

@@ -46,6 +46,19 @@ extern "C" __global__ void hift_ups_sum(const float* x, const float* p, const fl
     }
 }
 
+// y = ((x + p) + q) / div over the first `count` of x, p, q (HiFT's sum of its resblocks,
+// then the division by their number, as the reference's separate ops).
+extern "C" __global__ void hift_sum_div(const float* x, const float* p, const float* q,
+        float* y, unsigned long long n, unsigned int count, unsigned int b, unsigned int c,
+        unsigned int d, unsigned int e, float div) {
+    LOOP {
+        float v = x[i];
+        if (count > 1) v = __fadd_rn(v, p[i]);
+        if (count > 2) v = __fadd_rn(v, q[i]);
+        y[i] = __fdiv_rn(v, div);
+    }
+}
+
 // x: (B, 2 bins, T) conv_post output; y: (B, 2 bins, T) as [real; imag] of the spectrum
 // min(exp(x[:bins]), 100) * (cos, sin)(sin(x[bins:])); n = B * bins * T.
 extern "C" __global__ void hift_spectrum(const float* x, const float* p, const float* q,
@@ -195,6 +208,31 @@ pub(crate) fn ups_sum(
     }
 }
 
+/// `((a + b) + c) / div` for 1 to 3 tensors `parts` of one shape, in one pass.
+pub(crate) fn sum_div(parts: &[Tensor], div: f32) -> candle_core::Result<Tensor> {
+    let Some(a) = parts.first() else {
+        candle_core::bail!("hift sum: nothing to add")
+    };
+    if parts.len() > 3 || parts.iter().any(|p| p.dims() != a.dims()) {
+        candle_core::bail!(
+            "hift sum: {} parts of shapes {:?}",
+            parts.len(),
+            parts.iter().map(|p| p.dims()).collect::<Vec<_>>()
+        )
+    }
+    let op = GlueOp {
+        kernel: "hift_sum_div",
+        out: a.shape().clone(),
+        n: a.elem_count(),
+        sizes: [parts.len(), 0, 0, 0, 0],
+        scalar: div,
+    };
+    // reads n values of each of the `count` parts (the others are placeholders)
+    let b = parts.get(1).unwrap_or(a);
+    let c = parts.get(2).unwrap_or(a);
+    a.apply_op3_no_bwd(b, c, &op)
+}
+
 /// `[real; imag]` of `min(exp(x[:bins]), 100) * (cos, sin)(sin(x[bins:]))` for `conv_post`'s
 /// `(B, 2 bins, T)` output, in one pass.
 pub(crate) fn spectrum(x: &Tensor, bins: usize) -> candle_core::Result<Tensor> {
@@ -251,6 +289,17 @@ mod tests {
         let want = Tensor::cat(&[(&m * ph.cos()?)?, (&m * ph.sin()?)?], 1)?;
         assert_eq!(max_diff(&spectrum(&x, 3)?, &want)?, 0.0);
         assert!(spectrum(&x, 2).is_err());
+
+        let (p, q) = (x.affine(0.5, 1.0)?, x.sqr()?);
+        let three = Tensor::new(3f32, &dev)?;
+        let want = ((&x + &p)? + &q)?.broadcast_div(&three)?;
+        assert_eq!(max_diff(&sum_div(&[x.clone(), p, q], 3.0)?, &want)?, 0.0);
+        let want = x.broadcast_div(&three)?;
+        assert_eq!(
+            max_diff(&sum_div(std::slice::from_ref(&x), 3.0)?, &want)?,
+            0.0
+        );
+        assert!(sum_div(&[x.clone(), x.narrow(2, 0, 5)?], 2.0).is_err());
         Ok(())
     }
 }

@@ -326,12 +326,23 @@ impl HiFTGenerator {
             x = self.ups[i].forward_sum(&x, i == n - 1, &si)?;
             // `xs = xs + resblock_j(x)`, then `xs / num_kernels` (a true division, as
             // torch does it), fused into the blocks' last convolutions on CUDA.
-            let mut xs: Option<Tensor> = None;
-            for j in 0..k {
-                let div = (j + 1 == k).then_some(k as f32);
-                xs = Some(self.resblocks[i * k + j].forward_sum(&x, fast, xs.as_ref(), div)?);
-            }
-            x = xs.unwrap_or(x);
+            #[cfg(feature = "cuda")]
+            let grouped =
+                crate::resblock::forward_stage_cuda(&self.resblocks[i * k..(i + 1) * k], &x)?;
+            #[cfg(not(feature = "cuda"))]
+            let grouped: Option<Tensor> = None;
+            x = match grouped {
+                Some(y) => y,
+                None => {
+                    let mut xs: Option<Tensor> = None;
+                    for j in 0..k {
+                        let div = (j + 1 == k).then_some(k as f32);
+                        let block = &self.resblocks[i * k + j];
+                        xs = Some(block.forward_sum(&x, fast, xs.as_ref(), div)?);
+                    }
+                    xs.unwrap_or(x)
+                }
+            };
         }
         x = self
             .conv_post

@@ -61,6 +61,11 @@ impl SourceStft {
     /// `(B, N)` signal to `(B, 2 * bins, N / hop + 1)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = reflect_pad(x, self.n_fft / 2)?.unsqueeze(1)?;
+        #[cfg(feature = "cuda")]
+        if crate::cuda::applies(&x) {
+            // channels-first im2col and one GEMM, no transpose after it
+            return Ok(crate::cuda::conv1d(&x, &self.basis, 0, self.hop, 1)?);
+        }
         Ok(x.conv1d(&self.basis, 0, self.hop, 1, 1)?)
     }
 }

@@ -122,9 +122,8 @@ __device__ __forceinline__ void conv_body(
         const float* __restrict__ bias, const float* __restrict__ res,
         const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,
         int m_tiles, int k, int t_in, int t_out, int dil, int pad, int has_res, int has_sum,
-        float div, int xs_stride) {
+        float div, int xs_stride, int b, int o0, int t0) {
     extern __shared__ float4 smem[];
-    const int b = blockIdx.z, o0 = blockIdx.y * BM, t0 = blockIdx.x * BN;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, q = lane & 3;
     const int wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
@@ -239,29 +238,80 @@ __device__ __forceinline__ void conv_body(
         #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int o = o0 + wm + mi * 16 + g + (r >> 1) * 8;
-                const int t = t0 + wn + ni * 8 + 2 * q + (r & 1);
-                if (o < c_out && t < t_out) {
-                    const unsigned long long idx = (unsigned long long)o * t_out + t;
-                    float v = acc[mi][ni][r] + bias[o];
-                    if (has_res) v = v + rb[idx];
-                    if (has_sum) v = sb[idx] + v;
-                    if (div != 0.0f) v = __fdiv_rn(v, div);
-                    yb[idx] = v;
+            for (int hh = 0; hh < 2; ++hh) {
+                const int o = o0 + wm + mi * 16 + g + hh * 8;
+                const int t = t0 + wn + ni * 8 + 2 * q;
+                if (o >= c_out || t >= t_out) continue;
+                const unsigned long long idx = (unsigned long long)o * t_out + t;
+                const float bo = bias[o];
+                float v0 = acc[mi][ni][hh * 2] + bo, v1 = acc[mi][ni][hh * 2 + 1] + bo;
+                // steps t and t + 1 as one 8-byte access where every operand allows it
+                unsigned long long addr = (unsigned long long)(yb + idx);
+                if (has_res) addr |= (unsigned long long)(rb + idx);
+                if (has_sum) addr |= (unsigned long long)(sb + idx);
+                if (t + 1 < t_out && (addr & 7) == 0) {
+                    if (has_res) {
+                        const float2 r = *reinterpret_cast<const float2*>(rb + idx);
+                        v0 = v0 + r.x;
+                        v1 = v1 + r.y;
+                    }
+                    if (has_sum) {
+                        const float2 r = *reinterpret_cast<const float2*>(sb + idx);
+                        v0 = r.x + v0;
+                        v1 = r.y + v1;
+                    }
+                    if (div != 0.0f) {
+                        v0 = __fdiv_rn(v0, div);
+                        v1 = __fdiv_rn(v1, div);
+                    }
+                    *reinterpret_cast<float2*>(yb + idx) = make_float2(v0, v1);
+                } else {
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        if (t + e >= t_out) break;
+                        float v = e == 0 ? v0 : v1;
+                        if (has_res) v = v + rb[idx + e];
+                        if (has_sum) v = sb[idx + e] + v;
+                        if (div != 0.0f) v = __fdiv_rn(v, div);
+                        yb[idx + e] = v;
+                    }
                 }
             }
 }
 
+// One convolution of a group launched together (its operands as above), and its blocks:
+// t_blocks x o_blocks x batch, numbered from `first`.
+struct ConvProblem {
+    const float4* xs;
+    const float4* wf;
+    const float* bias;
+    const float* res;
+    const float* sum;
+    float* y;
+    int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res, has_sum;
+    float div;
+    int xs_stride, t_blocks, o_blocks, first;
+};
+
+// Up to MAX_GROUP independent convolutions in one launch, so that the blocks of one fill the
+// last wave of another (`count` problems, blocks numbered consecutively across them).
+#define MAX_GROUP 3
+struct ConvGroup {
+    ConvProblem p[MAX_GROUP];
+    int count;
+};
+
 #define CONV_KERNEL(NAME, NS)                                                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2) NAME(                             \
-            const float4* __restrict__ xs_g, const float4* __restrict__ wf,                    \
-            const float* __restrict__ bias, const float* __restrict__ res,                     \
-            const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,       \
-            int m_tiles, int k, int t_in, int t_out, int dil, int pad, int has_res,            \
-            int has_sum, float div, int xs_stride) {                                           \
-        conv_body<NS>(xs_g, wf, bias, res, sum, y, chunks, c_out, m_tiles, k, t_in, t_out,     \
-                      dil, pad, has_res, has_sum, div, xs_stride);                             \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) NAME(const ConvGroup grp) {       \
+        int i = 0;                                                                             \
+        while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;                \
+        const ConvProblem& p = grp.p[i];                                                       \
+        const int local = blockIdx.x - p.first;                                                \
+        const int tb = local % p.t_blocks, rest = local / p.t_blocks;                          \
+        const int ob = rest % p.o_blocks, b = rest / p.o_blocks;                               \
+        conv_body<NS>(p.xs, p.wf, p.bias, p.res, p.sum, p.y, p.chunks, p.c_out, p.m_tiles,     \
+                      p.k, p.t_in, p.t_out, p.dil, p.pad, p.has_res, p.has_sum, p.div,         \
+                      p.xs_stride, b, ob * BM, tb * BN);                                       \
     }
 CONV_KERNEL(hift_conv_s2, 2)
 CONV_KERNEL(hift_conv_s3, 3)

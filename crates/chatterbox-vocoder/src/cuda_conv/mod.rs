@@ -29,11 +29,12 @@
 //! On the H100 (20 s of audio, `cargo xtask bench vocoder`): decode 19.4 ms with the window
 //! staged (activation and split) by the convolution itself and the weights read through L1,
 //! 17.3 with the split kernel and the window by `cp.async`, 14.5 with the weights staged too.
+mod launch;
+
 use crate::split_precision::{f16_pair, split};
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SHARED_SIZE_BYTES;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CudaStorage, CustomOp1, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{DType, Device, Tensor};
 use chatterbox_cuda::Ptx;
 use std::sync::OnceLock;
 
@@ -45,8 +46,6 @@ const BN: usize = 128;
 const BK: usize = 8;
 /// Threads per block of the convolution and of the split.
 const THREADS: usize = 256;
-/// Shared memory a block may use without opting in.
-const SMEM: usize = 48 * 1024;
 
 /// The convolution's builds by the number of channel groups in flight (`NS` in the source).
 const KERNELS: [(usize, &str); 3] = [
@@ -71,13 +70,13 @@ fn step_bytes(k: usize, dilation: usize) -> usize {
     (4 * xs_stride(BN + (k - 1) * dilation) + k * (BM / 16) * 64) * 16
 }
 
-/// The kernel for `k` taps at `dilation` and its shared memory: the most groups in flight that
+/// The groups in flight for `k` taps at `dilation` and their shared memory: the most that
 /// still let two blocks share a multiprocessor, else two (`None` if two do not fit a block).
 fn pick_kernel(
     k: usize,
     dilation: usize,
     (per_block, per_sm): (usize, usize),
-) -> Option<(&'static str, usize)> {
+) -> Option<(usize, usize)> {
     let step = step_bytes(k, dilation);
     let fits = |ns: usize| ns * step <= per_block;
     // (the driver reserves 1 KiB of a multiprocessor's shared memory per block)
@@ -89,7 +88,7 @@ fn pick_kernel(
             .find(|&(ns, _)| fits(ns) && two_per_sm(ns))
             .or_else(|| KERNELS.into_iter().find(|&(ns, _)| ns == 2 && fits(ns))),
     };
-    pick.map(|(ns, name)| (name, ns * step))
+    pick.map(|(ns, _)| (ns, ns * step))
 }
 
 /// The staged window's row stride (in float4) for `span` steps: the next one that is 2 mod 8,
@@ -152,9 +151,8 @@ pub(crate) struct Tf32x3Conv {
     dilation: usize,
     /// The GPU's multiprocessors.
     sms: usize,
-    /// The build of the kernel for this size and its shared memory in bytes.
-    kernel: &'static str,
-    smem: usize,
+    /// The channel groups in flight the kernel takes for this size (alone).
+    steps: usize,
 }
 
 impl Tf32x3Conv {
@@ -178,13 +176,13 @@ impl Tf32x3Conv {
         };
         // two groups in flight must fit the shared memory of a block
         let shared = chatterbox_cuda::shared_memory(dev)?;
-        let Some((kernel, smem)) = pick_kernel(k, dilation, shared) else {
+        let Some((steps, _)) = pick_kernel(k, dilation, shared) else {
             return Ok(None);
         };
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX.get()?)?;
-        if smem > SMEM {
-            // the most a block may have (a launch sets what it uses): convolutions of other
-            // sizes share the build
+        // every build may serve a group with a wider convolution: each may use the most
+        // shared memory a block may have (a launch sets what it uses)
+        for (_, name) in KERNELS {
+            let func = dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
             func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
                 .w()?;
         }
@@ -241,8 +239,7 @@ impl Tf32x3Conv {
             padding,
             dilation,
             sms,
-            kernel,
-            smem,
+            steps,
         }))
     }
 
@@ -257,11 +254,16 @@ impl Tf32x3Conv {
     /// device, long enough to give every multiprocessor a block (below that cuBLAS's FP32
     /// GEMMs, which split smaller problems further, are faster).
     pub fn applies(&self, x: &Tensor) -> bool {
+        self.applies_in_group(x, 1)
+    }
+
+    /// [`Self::applies`] for a launch with `count` convolutions of this size.
+    pub fn applies_in_group(&self, x: &Tensor, count: usize) -> bool {
         let Ok((b, _, t)) = x.dims3() else {
             return false;
         };
         let t_out = self.len_out(t).unwrap_or(0);
-        let fills = b * t_out.div_ceil(BN) * self.c_out.div_ceil(BM) >= self.sms;
+        let fills = count * b * t_out.div_ceil(BN) * self.c_out.div_ceil(BM) >= self.sms;
         x.dtype() == DType::F32
             && x.is_contiguous()
             && x.device().same_device(self.w.device())
@@ -275,14 +277,27 @@ impl Tf32x3Conv {
     /// `conv1d(act(x)) + bias` and the epilogue's additions: `(B, C_in, T)` in,
     /// `(B, C_out, T_out)` out.
     pub fn forward(&self, x: &Tensor, act: PreAct, epi: Epilogue) -> candle_core::Result<Tensor> {
-        let (b, c, t) = x.dims3()?;
+        let item = GroupItem {
+            conv: self,
+            x,
+            act,
+            epi,
+        };
+        let mut out = forward_group(&[item])?;
+        out.pop()
+            .ok_or_else(|| candle_core::Error::Msg("hift conv1d: no output".into()))
+    }
+
+    /// `x`'s output length, checked with the epilogue's operands and the activation's.
+    fn check(&self, item: &GroupItem) -> candle_core::Result<usize> {
+        let (b, c, t) = item.x.dims3()?;
         if c != self.c_in {
             candle_core::bail!("hift conv1d: {c} input channels, expected {}", self.c_in)
         }
         let Some(t_out) = self.len_out(t) else {
             candle_core::bail!("hift conv1d: input of {t} samples is too short")
         };
-        for r in [epi.residual, epi.sum].into_iter().flatten() {
+        for r in [item.epi.residual, item.epi.sum].into_iter().flatten() {
             if r.dims() != [b, self.c_out, t_out] || !r.is_contiguous() || r.dtype() != DType::F32 {
                 candle_core::bail!(
                     "hift conv1d: an addend {:?} for an output ({b}, {}, {t_out})",
@@ -291,37 +306,49 @@ impl Tf32x3Conv {
                 )
             }
         }
-        if epi.div == Some(0.0) {
+        if item.epi.div == Some(0.0) {
             candle_core::bail!("hift conv1d: division by zero")
         }
-        let (snake, slope) = match act {
-            PreAct::Identity => (None, 0.0),
-            PreAct::Snake(alpha, inv) => (Some((alpha, inv)), 0.0),
-            PreAct::LeakyRelu(slope) => (None, slope),
-        };
-        if let Some((a, i)) = snake {
-            if a.elem_count() != c
-                || i.elem_count() != c
-                || !a.is_contiguous()
-                || !i.is_contiguous()
-            {
-                candle_core::bail!("hift conv1d: Snake parameters for {c} channels expected")
-            }
-        }
-        let op = ConvOp {
-            conv: self,
-            t_out,
-            act: match act {
-                PreAct::Identity => 0,
-                PreAct::Snake(..) => 1,
-                PreAct::LeakyRelu(_) => 2,
-            },
-            snake,
-            slope,
-            epi,
-        };
-        x.apply_op1_no_bwd(&op)
+        Ok(t_out)
     }
+}
+
+/// One convolution of a group: `conv(act(x)) + bias` and the epilogue's additions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupItem<'a> {
+    pub conv: &'a Tf32x3Conv,
+    pub x: &'a Tensor,
+    pub act: PreAct<'a>,
+    pub epi: Epilogue<'a>,
+}
+
+/// The most convolutions one launch takes (`MAX_GROUP` in the source).
+pub(crate) const MAX_GROUP: usize = 3;
+
+/// Up to [`MAX_GROUP`] independent convolutions (on one device) in one launch of the kernel, so
+/// that one's blocks fill the last, partial wave of another's: HiFT's three resblocks of a
+/// stage read the same input. Each input is split first (one `hift_act_split` each). The
+/// outputs are in `items`' order.
+pub(crate) fn forward_group(items: &[GroupItem]) -> candle_core::Result<Vec<Tensor>> {
+    if items.is_empty() || items.len() > MAX_GROUP {
+        candle_core::bail!("hift conv1d: a group of {} convolutions", items.len())
+    }
+    let mut parts = Vec::with_capacity(items.len());
+    for item in items {
+        let t_out = item.conv.check(item)?;
+        let (b, _, t) = item.x.dims3()?;
+        let act = launch::ActArgs::new(item.act, item.conv.c_in)?;
+        let xs = launch::split(item.x, act)?;
+        parts.push(launch::Part {
+            conv: item.conv,
+            xs,
+            b,
+            t,
+            t_out,
+            epi: item.epi,
+        });
+    }
+    launch::conv_group(&parts)
 }
 
 /// The multiprocessor count of `dev` if it has TF32 tensor cores (compute capability 8.0 or
@@ -342,153 +369,6 @@ pub(crate) struct Epilogue<'a> {
     pub div: Option<f32>,
 }
 
-struct ConvOp<'a> {
-    conv: &'a Tf32x3Conv,
-    t_out: usize,
-    act: i32,
-    snake: Option<(&'a Tensor, &'a Tensor)>,
-    slope: f32,
-    epi: Epilogue<'a>,
-}
-
-/// The f32 values of a contiguous CUDA operand.
-fn view<'a>(
-    s: &'a Storage,
-    l: &Layout,
-    what: &str,
-) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
-    match s {
-        Storage::Cuda(c) => crate::cuda::f32_view(c, l, what),
-        _ => candle_core::bail!("hift conv1d: the {what} must be on the CUDA device"),
-    }
-}
-
-impl CustomOp1 for ConvOp<'_> {
-    fn name(&self) -> &'static str {
-        "hift-conv1d-tf32x3"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-conv1d-tf32x3: CUDA only (the CPU has its own kernel)")
-    }
-
-    fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        let cv = self.conv;
-        let (b, _, t) = xl.shape().dims3()?;
-        let t_out = self.t_out;
-        if [b * cv.c_in * t, b * cv.c_out * t_out, t + 2 * cv.padding]
-            .iter()
-            .any(|&v| v > i32::MAX as usize)
-            || b > 65535
-        {
-            candle_core::bail!("hift conv1d: sizes past 31 bits")
-        }
-        let xv = crate::cuda::f32_view(x, xl, "input")?;
-        // The bias stands in for absent operands: the kernels never read those.
-        let (ws, wl) = cv.w.storage_and_layout();
-        let (bs, bl) = cv.bias.storage_and_layout();
-        let (ps, pl) = self.snake.map_or(&cv.bias, |s| s.0).storage_and_layout();
-        let (qs, ql) = self.snake.map_or(&cv.bias, |s| s.1).storage_and_layout();
-        let (rs, rl) = self.epi.residual.unwrap_or(&cv.bias).storage_and_layout();
-        let (ss, sl) = self.epi.sum.unwrap_or(&cv.bias).storage_and_layout();
-        let (wv, bv) = (view(&ws, wl, "weight")?, view(&bs, bl, "bias")?);
-        let (av, iv) = (
-            view(&ps, pl, "Snake alpha")?,
-            view(&qs, ql, "Snake 1 / alpha")?,
-        );
-        let (rv, sv) = (view(&rs, rl, "residual")?, view(&ss, sl, "sum")?);
-
-        let dev: &CudaDevice = &x.device;
-        let chunks = cv.c_in.div_ceil(BK);
-        let span = BN + (cv.k - 1) * cv.dilation;
-        let xs_stride = xs_stride(span);
-        if b * chunks * 4 * t * 4 > i32::MAX as usize {
-            candle_core::bail!("hift conv1d: an input of {t} samples is too long")
-        }
-
-        // The activated, split input (4 floats per input value, rounded up to whole groups).
-        // SAFETY: the split kernel writes every value.
-        let xs = unsafe { dev.alloc::<f32>(b * chunks * 4 * t * 4)? };
-        let func = dev.get_or_load_custom_func(SPLIT_KERNEL, MODULE, PTX.get()?)?;
-        let (c_in, t_i) = (cv.c_in as i32, t as i32);
-        let mut builder = func.builder();
-        builder.arg(&xv);
-        builder.arg(&av);
-        builder.arg(&iv);
-        builder.arg(&xs);
-        builder.arg(&c_in);
-        builder.arg(&t_i);
-        builder.arg(&self.act);
-        builder.arg(&self.slope);
-        let cfg = LaunchConfig {
-            grid_dim: (t.div_ceil(THREADS) as u32, (chunks * 4) as u32, b as u32),
-            block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: reads `x` (b * c_in * t values, channels past c_in skipped) and `c_in` Snake
-        // parameters when act == 1; writes `xs` at b * chunks * 4 * t float4, its whole length.
-        unsafe { builder.launch(cfg) }.w()?;
-
-        // SAFETY: the kernel writes every value of `y`.
-        let y = unsafe { dev.alloc::<f32>(b * cv.c_out * t_out)? };
-        let func = dev.get_or_load_custom_func(cv.kernel, MODULE, PTX.get()?)?;
-        let ints = [
-            chunks,
-            cv.c_out,
-            cv.c_out_pad / 16,
-            cv.k,
-            t,
-            t_out,
-            cv.dilation,
-            cv.padding,
-        ]
-        .map(|v| v as i32);
-        let (has_res, has_sum) = (
-            self.epi.residual.is_some() as i32,
-            self.epi.sum.is_some() as i32,
-        );
-        let div = self.epi.div.unwrap_or(0.0);
-        let xs_stride = xs_stride as i32;
-        let mut builder = func.builder();
-        builder.arg(&xs);
-        builder.arg(&wv);
-        builder.arg(&bv);
-        builder.arg(&rv);
-        builder.arg(&sv);
-        builder.arg(&y);
-        for v in &ints {
-            builder.arg(v);
-        }
-        builder.arg(&has_res);
-        builder.arg(&has_sum);
-        builder.arg(&div);
-        builder.arg(&xs_stride);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                t_out.div_ceil(BN) as u32,
-                cv.c_out.div_ceil(BM) as u32,
-                b as u32,
-            ),
-            block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: cv.smem as u32,
-        };
-        // SAFETY: reads `xs` (b * chunks * 4 * t float4; out-of-range steps are zero-filled,
-        // not read), the laid-out weight fragments (chunks * k * m_tiles * 64 float4, every
-        // index inside: a block reads its 4 tiles of 16 output channels, inside c_out_pad), `c_out` biases, the residual and the sum (b * c_out * t_out each,
-        // checked in `forward`) when has_res / has_sum; writes `y` inside its
-        // b * c_out * t_out values.
-        unsafe { builder.launch(cfg) }.w()?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(y, dev.clone()),
-            Shape::from((b, cv.c_out, t_out)),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,25 +379,64 @@ mod tests {
         let h100 = (232_448, 233_472);
         // 11 taps at dilation 5: a 178-step window (11.1 KiB) and 44 KiB of weights per group
         assert_eq!(step_bytes(11, 5), (4 * 178 + 11 * 256) * 16);
-        assert_eq!(
-            pick_kernel(11, 5, h100),
-            Some(("hift_conv_s2", 2 * step_bytes(11, 5)))
-        );
-        assert_eq!(
-            pick_kernel(3, 1, h100),
-            Some(("hift_conv_s4", 4 * step_bytes(3, 1)))
-        );
-        assert_eq!(
-            pick_kernel(7, 1, h100),
-            Some(("hift_conv_s3", 3 * step_bytes(7, 1)))
-        );
+        assert_eq!(pick_kernel(11, 5, h100), Some((2, 2 * step_bytes(11, 5))));
+        assert_eq!(pick_kernel(3, 1, h100), Some((4, 4 * step_bytes(3, 1))));
+        assert_eq!(pick_kernel(7, 1, h100), Some((3, 3 * step_bytes(7, 1))));
         // one block per multiprocessor when two do not fit; none past a block's limit
         let small = (120_000, 150_000);
-        assert_eq!(
-            pick_kernel(11, 5, small),
-            Some(("hift_conv_s2", 2 * step_bytes(11, 5)))
-        );
+        assert_eq!(pick_kernel(11, 5, small), Some((2, 2 * step_bytes(11, 5))));
         assert_eq!(pick_kernel(11, 5, (48 * 1024, 100_000)), None);
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn a_group_matches_each_convolution_alone() -> candle_core::Result<()> {
+        let dev = Device::new_cuda(0)?;
+        // different channels, taps, dilations, lengths and batch sizes in one launch
+        let cases = [
+            (5, 7, 3, 1, 1, 1001, 2),
+            (64, 64, 11, 5, 25, 3000, 1),
+            (18, 64, 7, 1, 3, 517, 1),
+        ];
+        let mut convs = Vec::new();
+        let mut inputs = Vec::new();
+        let mut residuals = Vec::new();
+        for &(c_in, c_out, k, dil, pad, t, b) in &cases {
+            let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
+            let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
+            convs.push(Tf32x3Conv::new(&w, &bias, pad, dil)?.expect("cuda f32"));
+            inputs.push(Tensor::randn(0f32, 2.0, (b, c_in, t), &dev)?);
+            let t_out = t + 2 * pad - dil * (k - 1);
+            residuals.push(Tensor::randn(0f32, 1.0, (b, c_out, t_out), &dev)?);
+        }
+        let alpha = Tensor::rand(0.1f32, 2.0, 64, &dev)?;
+        let inv = (alpha.clone() + 1e-9)?.recip()?;
+        let acts = [
+            PreAct::LeakyRelu(0.1),
+            PreAct::Snake(&alpha, &inv),
+            PreAct::Identity,
+        ];
+        let items: Vec<GroupItem> = (0..3)
+            .map(|i| GroupItem {
+                conv: &convs[i],
+                x: &inputs[i],
+                act: acts[i],
+                epi: Epilogue {
+                    residual: (i != 2).then_some(&residuals[i]),
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let grouped = forward_group(&items)?;
+        for (item, got) in items.iter().zip(&grouped) {
+            let alone = item.conv.forward(item.x, item.act, item.epi)?;
+            assert_eq!(got.dims(), alone.dims());
+            let diff = (got - alone)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0);
+        }
+        assert!(forward_group(&[]).is_err());
+        assert!(forward_group(&[items[0]; 4]).is_err());
+        Ok(())
     }
 
     #[test]
