@@ -117,7 +117,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // bank conflicts, >= BN + (k - 1) dil) and the block's weight fragments for it (k taps x 4
 // tiles of 16 output channels x 64 float4), NS steps in flight (cp.async).
 template <int NS>
-__device__ __forceinline__ void conv_body(
+__device__ __noinline__ void conv_body(
         const float4* __restrict__ xs_g, const float4* __restrict__ wf,
         const float* __restrict__ bias, const float* __restrict__ res,
         const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,
@@ -291,6 +291,8 @@ struct ConvProblem {
     int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res, has_sum;
     float div;
     int xs_stride, t_blocks, o_blocks, first;
+    // channel groups in flight (2, 3 or 4): the most its own shared memory allows
+    int steps;
 };
 
 // Up to MAX_GROUP independent convolutions in one launch, so that the blocks of one fill the
@@ -301,18 +303,22 @@ struct ConvGroup {
     int count;
 };
 
-#define CONV_KERNEL(NAME, NS)                                                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2) NAME(const ConvGroup grp) {       \
-        int i = 0;                                                                             \
-        while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;                \
-        const ConvProblem& p = grp.p[i];                                                       \
-        const int local = blockIdx.x - p.first;                                                \
-        const int tb = local % p.t_blocks, rest = local / p.t_blocks;                          \
-        const int ob = rest % p.o_blocks, b = rest / p.o_blocks;                               \
-        conv_body<NS>(p.xs, p.wf, p.bias, p.res, p.sum, p.y, p.chunks, p.c_out, p.m_tiles,     \
-                      p.k, p.t_in, p.t_out, p.dil, p.pad, p.has_res, p.has_sum, p.div,         \
-                      p.xs_stride, b, ob * BM, tb * BN);                                       \
-    }
-CONV_KERNEL(hift_conv_s2, 2)
-CONV_KERNEL(hift_conv_s3, 3)
-CONV_KERNEL(hift_conv_s4, 4)
+// The convolutions of a group, each with its own groups in flight (the launch's shared memory
+// is the largest of theirs).
+extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_group(const ConvGroup grp) {
+    int i = 0;
+    while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;
+    const ConvProblem& p = grp.p[i];
+    const int local = blockIdx.x - p.first;
+    const int tb = local % p.t_blocks, rest = local / p.t_blocks;
+    const int ob = rest % p.o_blocks, b = rest / p.o_blocks;
+#define CONV_ARGS                                                                              \
+    p.xs, p.wf, p.bias, p.res, p.sum, p.y, p.chunks, p.c_out, p.m_tiles, p.k, p.t_in,          \
+        p.t_out, p.dil, p.pad, p.has_res, p.has_sum, p.div, p.xs_stride, b, ob * BM, tb * BN
+    if (p.steps >= 4)
+        conv_body<4>(CONV_ARGS);
+    else if (p.steps == 3)
+        conv_body<3>(CONV_ARGS);
+    else
+        conv_body<2>(CONV_ARGS);
+}

@@ -1,7 +1,7 @@
 //! The launches of `kernel.cu` (hifigan.py's `Conv1d` and the activation in front of it):
 //! `hift_act_split` for one input, and one convolution kernel for a group of split inputs.
 use super::{
-    step_bytes, xs_stride, Epilogue, PreAct, Tf32x3Conv, BK, BM, BN, KERNELS, MAX_GROUP, MODULE,
+    step_bytes, xs_stride, Epilogue, PreAct, Tf32x3Conv, BK, BM, BN, KERNEL, MAX_GROUP, MODULE,
     PTX, SPLIT_KERNEL, THREADS,
 };
 use candle_core::cuda_backend::cudarc::driver::{
@@ -159,6 +159,7 @@ struct ConvProblem {
     t_blocks: i32,
     o_blocks: i32,
     first: i32,
+    steps: i32,
 }
 
 /// `ConvGroup` of the source.
@@ -219,14 +220,10 @@ impl CustomOp1 for GroupOp<'_, '_> {
         let dev: &CudaDevice = &x0.device;
         let stream = dev.cuda_stream();
         let parts = self.parts;
-        // the fewest groups in flight of the parts (each fits its own count, so the group's)
-        let steps = parts.iter().map(|p| p.conv.steps).min().unwrap_or(2);
-        let Some(&(_, kernel)) = KERNELS.iter().find(|(ns, _)| *ns == steps) else {
-            candle_core::bail!("hift conv1d: no kernel for {steps} groups in flight")
-        };
+        // each part with its own groups in flight, in the largest shared memory of them
         let smem = parts
             .iter()
-            .map(|p| steps * step_bytes(p.conv.k, p.conv.dilation))
+            .map(|p| p.conv.steps * step_bytes(p.conv.k, p.conv.dilation))
             .max()
             .unwrap_or(0);
         let (at, total) = offsets(parts);
@@ -315,10 +312,11 @@ impl CustomOp1 for GroupOp<'_, '_> {
                 t_blocks: t_blocks as i32,
                 o_blocks: o_blocks as i32,
                 first: first as i32,
+                steps: cv.steps as i32,
             };
             first += t_blocks * o_blocks * p.b;
         }
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX.get()?)?;
+        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
         let mut builder = func.builder();
         builder.arg(&group);
         let cfg = LaunchConfig {
@@ -333,7 +331,7 @@ impl CustomOp1 for GroupOp<'_, '_> {
         // t_out each, checked by the caller) when has_res / has_sum; it writes its output
         // inside the b * c_out * t_out floats at its offset of `out`. The blocks numbered
         // from `first` cover exactly t_blocks * o_blocks * b per problem; the shared memory
-        // holds `steps` groups of the widest problem.
+        // holds each problem's `steps` groups.
         unsafe { builder.launch(cfg) }.w()?;
         drop(guards);
         drop(out_guard);

@@ -47,12 +47,10 @@ const BK: usize = 8;
 /// Threads per block of the convolution and of the split.
 const THREADS: usize = 256;
 
-/// The convolution's builds by the number of channel groups in flight (`NS` in the source).
-const KERNELS: [(usize, &str); 3] = [
-    (4, "hift_conv_s4"),
-    (3, "hift_conv_s3"),
-    (2, "hift_conv_s2"),
-];
+const KERNEL: &str = "hift_conv_group";
+/// The channel groups in flight the kernel can keep (`conv_body<NS>` in the source), most
+/// first.
+const STEPS: [usize; 3] = [4, 3, 2];
 
 /// A forced number of groups in flight (`CHATTERBOX_HIFT_CONV_STEPS`, for timing).
 fn forced_steps() -> Option<usize> {
@@ -82,13 +80,13 @@ fn pick_kernel(
     // (the driver reserves 1 KiB of a multiprocessor's shared memory per block)
     let two_per_sm = |ns: usize| 2 * (ns * step + 1024) <= per_sm;
     let pick = match forced_steps() {
-        Some(f) => KERNELS.into_iter().find(|&(ns, _)| ns == f && fits(ns)),
-        None => KERNELS
+        Some(f) => STEPS.into_iter().find(|&ns| ns == f && fits(ns)),
+        None => STEPS
             .into_iter()
-            .find(|&(ns, _)| fits(ns) && two_per_sm(ns))
-            .or_else(|| KERNELS.into_iter().find(|&(ns, _)| ns == 2 && fits(ns))),
+            .find(|&ns| fits(ns) && two_per_sm(ns))
+            .or_else(|| STEPS.into_iter().find(|&ns| ns == 2 && fits(ns))),
     };
-    pick.map(|(ns, _)| (ns, ns * step))
+    pick.map(|ns| (ns, ns * step))
 }
 
 /// The staged window's row stride (in float4) for `span` steps: the next one that is 2 mod 8,
@@ -179,13 +177,11 @@ impl Tf32x3Conv {
         let Some((steps, _)) = pick_kernel(k, dilation, shared) else {
             return Ok(None);
         };
-        // every build may serve a group with a wider convolution: each may use the most
-        // shared memory a block may have (a launch sets what it uses)
-        for (_, name) in KERNELS {
-            let func = dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
-            func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
-                .w()?;
-        }
+        // the kernel may take the most shared memory a block may have (a launch sets what it
+        // uses, for the widest convolution of its group)
+        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
+        func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
+            .w()?;
         let c_out_pad = c_out.next_multiple_of(BM);
         let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
         let src = weight.flatten_all()?.to_vec1::<f32>()?;
