@@ -1,4 +1,4 @@
-//! CUDA kernels for HiFT's stride-1 convolutions and the element-wise work around them
+//! CUDA kernels for HiFT's FP32 convolutions and the element-wise work around them
 //! (hifigan.py's `Snake`, `Conv1d` and the `conv(...) + bias (+ residual)` of `ResBlock`,
 //! upstream 5de7a54), compiled once per process with NVRTC.
 //!
@@ -8,8 +8,9 @@
 //! per convolution, indexed through candle's generic strided path) another 30%. Here a
 //! convolution is a channels-first im2col (coalesced) and one FP32 GEMM whose output needs no
 //! transpose, and a Snake or a bias (+ residual) is one pass with the same arithmetic in the
-//! same order (`sinf`, no fast-math). f32 only: other dtypes and strided inputs keep the candle
-//! ops.
+//! same order (`sinf`, no fast-math). The im2col takes strides too (the source's
+//! downsampling convolutions and STFT). f32 only: other dtypes and non-contiguous inputs keep
+//! the candle ops.
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
