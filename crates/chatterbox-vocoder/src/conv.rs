@@ -165,7 +165,7 @@ impl Conv1d {
             return cpu::conv1d(x, kernel, pre, residual);
         }
         #[cfg(feature = "cuda")]
-        if let Some(y) = self.forward_cuda(x, act, residual, None, None)? {
+        if let Some(y) = self.forward_cuda(x, act, residual)? {
             return Ok(y);
         }
         let x = match act {
@@ -191,7 +191,7 @@ impl Conv1d {
             && self.bias.dtype() == candle_core::DType::F32
             && residual.is_none_or(|r| r.is_contiguous() && r.dtype() == y.dtype())
         {
-            return crate::cuda::bias_residual(&y, &self.bias, residual);
+            return crate::cuda_glue::bias_residual(&y, &self.bias, residual);
         }
         let y = y.broadcast_add(&self.bias)?;
         match residual {
@@ -208,20 +208,20 @@ impl Conv1d {
         self.cuda.as_ref()
     }
 
-    /// `(sum + (conv(act(x)) + bias + residual)) / div` as one 3xTF32 tensor-core kernel
+    /// `conv(act(x)) + bias (+ residual)` as one 3xTF32 tensor-core kernel
     /// (`crate::cuda_conv`), or `None` where that kernel does not apply.
-    pub fn forward_cuda(
+    fn forward_cuda(
         &self,
         x: &Tensor,
         act: Act,
         residual: Option<&Tensor>,
-        sum: Option<&Tensor>,
-        div: Option<f32>,
     ) -> candle_core::Result<Option<Tensor>> {
         let contiguous_f32 = |r: &Tensor| r.is_contiguous() && r.dtype() == x.dtype();
-        let Some(conv) = self.cuda.as_ref().filter(|c| {
-            c.applies(x) && residual.is_none_or(contiguous_f32) && sum.is_none_or(contiguous_f32)
-        }) else {
+        let Some(conv) = self
+            .cuda
+            .as_ref()
+            .filter(|c| c.applies(x) && residual.is_none_or(contiguous_f32))
+        else {
             return Ok(None);
         };
         use crate::cuda_conv::PreAct as P;
@@ -233,7 +233,7 @@ impl Conv1d {
                 P::Snake(alpha, inv_alpha)
             }
         };
-        let epi = crate::cuda_conv::Epilogue { residual, sum, div };
+        let epi = crate::cuda_conv::Epilogue { residual };
         conv.forward(x, pre, epi).map(Some)
     }
 }

@@ -1,50 +1,23 @@
-//! CUDA kernels for HiFT's FP32 convolutions and the element-wise work around them
-//! (hifigan.py's `Snake`, `Conv1d` and the `conv(...) + bias (+ residual)` of `ResBlock`,
-//! upstream 5de7a54), compiled once per process with NVRTC.
+//! CUDA FP32 convolutions for HiFT (hifigan.py's `Conv1d`, upstream 5de7a54): a channels-first
+//! im2col compiled once per process with NVRTC, and one cuBLAS GEMM. (The element-wise work
+//! around them, Snake and `bias (+ residual)` included, is `cuda_glue.rs`.)
 //!
 //! ncu on the H100 (20 s of audio, candle ops): candle's `conv1d` im2col kernel (time-major, so
 //! its reads stride over channels) took 36% of HiFT's GPU time, the transpose after its GEMM
 //! 6%, and the broadcast element-wise kernels of the Snakes and biases (five and two kernels
 //! per convolution, indexed through candle's generic strided path) another 30%. Here a
 //! convolution is a channels-first im2col (coalesced) and one FP32 GEMM whose output needs no
-//! transpose, and a Snake or a bias (+ residual) is one pass with the same arithmetic in the
-//! same order (`sinf`, no fast-math). The im2col takes strides too (the source's
+//! transpose. The im2col takes strides too (the source's
 //! downsampling convolutions and STFT). f32 only: other dtypes and non-contiguous inputs keep
 //! the candle ops.
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
 const MODULE: &str = "chatterbox_vocoder_hift";
 
 const SOURCE: &str = r#"
-// The two per-channel kernels share one signature `(x, p, q, y, channels, len, n, flag)`, so one
-// launcher (`ChannelOp`) runs both.
-extern "C" __global__ void hift_snake_f32(const float* x, const float* alpha,
-        const float* inv_alpha, float* y, unsigned int channels, unsigned int len,
-        unsigned long long n, int flag) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
-        unsigned int c = (unsigned int)((i / len) % channels);
-        float v = x[i];
-        // explicit roundings: no multiply-add contraction, as in candle's separate kernels
-        float s = sinf(__fmul_rn(v, alpha[c]));
-        y[i] = __fadd_rn(v, __fmul_rn(__fmul_rn(s, s), inv_alpha[c]));
-    }
-}
-
-extern "C" __global__ void hift_bias_residual_f32(const float* x, const float* bias,
-        const float* residual, float* y, unsigned int channels, unsigned int len,
-        unsigned long long n, int has_residual) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
-        unsigned int c = (unsigned int)((i / len) % channels);
-        float v = x[i] + bias[c];
-        y[i] = has_residual ? v + residual[i] : v;
-    }
-}
-
 // col[b, c * k + j, t] = x[b, c, t * stride + j * dilation - padding] (0 outside): the input
 // of a convolution unrolled so that `W (C_out, C_in * K) @ col (C_in * K, T_out)` is the
 // output in channels-first layout. One row of `col` per `blockIdx.y` step, threads along `t`:
@@ -71,13 +44,7 @@ static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT kernels");
 
 /// Compiles (once per process) and loads the kernels on `dev`.
 pub(crate) fn load(dev: &CudaDevice) -> candle_core::Result<()> {
-    for name in [
-        "hift_snake_f32",
-        "hift_bias_residual_f32",
-        "hift_im2col_cf_f32",
-    ] {
-        dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
-    }
+    dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, PTX.get()?)?;
     Ok(())
 }
 
@@ -93,24 +60,6 @@ pub(crate) fn f32_view<'a>(
     what: &str,
 ) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, f32>> {
     contiguous_view::<f32>(s, l, &format!("hift cuda: {what}"))
-}
-
-fn launch_config(n: usize) -> LaunchConfig {
-    let blocks = n.div_ceil(256).clamp(1, 132 * 32) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-/// `(B, C, T)` dims of `x`, checked against a per-channel parameter of `c_len` values.
-fn dims(l: &Layout, c_len: usize, what: &str) -> candle_core::Result<(usize, usize, usize)> {
-    let (b, c, t) = l.shape().dims3()?;
-    if c != c_len || c > u32::MAX as usize || t > u32::MAX as usize {
-        candle_core::bail!("hift cuda {what}: {c} channels of {t} samples, parameter of {c_len}")
-    }
-    Ok((b, c, t))
 }
 
 struct Im2ColOp {
@@ -230,110 +179,6 @@ pub(crate) fn conv1d(
     weight.reshape((c_out, c_in * k))?.broadcast_matmul(&col)
 }
 
-/// A per-channel element-wise kernel over `x` `(B, C, T)` with two more operands: `p` holds `C`
-/// values; `q` holds `C` values, or `x`'s shape with `q_full`. `flag` is the kernel's last
-/// argument; `flag == 0` means the kernel does not read `q` (a placeholder then).
-struct ChannelOp {
-    kernel: &'static str,
-    q_full: bool,
-    flag: i32,
-}
-
-impl CustomOp3 for ChannelOp {
-    fn name(&self) -> &'static str {
-        self.kernel
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("{}: CUDA only (the CPU has its own kernel)", self.kernel)
-    }
-
-    fn cuda_fwd(
-        &self,
-        x: &CudaStorage,
-        xl: &Layout,
-        p: &CudaStorage,
-        pl: &Layout,
-        q: &CudaStorage,
-        ql: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let (b, c, t) = dims(xl, pl.shape().elem_count(), self.kernel)?;
-        let n = b * c * t;
-        let q_ok = if self.q_full {
-            ql.shape() == xl.shape()
-        } else {
-            ql.shape().elem_count() == c
-        };
-        if self.flag != 0 && !q_ok {
-            candle_core::bail!(
-                "{}: operand {:?} for an input {:?}",
-                self.kernel,
-                ql.shape(),
-                xl.shape()
-            )
-        }
-        let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func(self.kernel, MODULE, PTX.get()?)?;
-        let (xv, pv, qv) = (
-            f32_view(x, xl, "input")?,
-            f32_view(p, pl, "first operand")?,
-            f32_view(q, ql, "second operand")?,
-        );
-        // SAFETY: every element is written by the kernel below before it is read.
-        let out = unsafe { dev.alloc::<f32>(n)? };
-        let (c32, t32, n64) = (c as u32, t as u32, n as u64);
-        let mut builder = func.builder();
-        builder.arg(&xv);
-        builder.arg(&pv);
-        builder.arg(&qv);
-        builder.arg(&out);
-        builder.arg(&c32);
-        builder.arg(&t32);
-        builder.arg(&n64);
-        builder.arg(&self.flag);
-        // SAFETY: the kernel reads `n` values of `x`, `c` of `p` and, where it reads `q`, the
-        // values checked above (`c`, or `n` with `q_full`); it writes the `n` values of `out`.
-        unsafe { builder.launch(launch_config(n)) }.w()?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(out, dev.clone()),
-            xl.shape().clone(),
-        ))
-    }
-}
-
-/// `x + inv_alpha * sin(alpha * x)^2` (`alpha`, `inv_alpha`: `C` values) in one kernel.
-pub(crate) fn snake(x: &Tensor, alpha: &Tensor, inv_alpha: &Tensor) -> candle_core::Result<Tensor> {
-    let op = ChannelOp {
-        kernel: "hift_snake_f32",
-        q_full: false,
-        flag: 1,
-    };
-    x.apply_op3_no_bwd(alpha, inv_alpha, &op)
-}
-
-/// `x + bias (+ residual)` (`bias`: `C` values) in one kernel.
-pub(crate) fn bias_residual(
-    x: &Tensor,
-    bias: &Tensor,
-    residual: Option<&Tensor>,
-) -> candle_core::Result<Tensor> {
-    let op = ChannelOp {
-        kernel: "hift_bias_residual_f32",
-        q_full: true,
-        flag: residual.is_some() as i32,
-    };
-    // Without a residual the third operand is only a placeholder the kernel never reads.
-    x.apply_op3_no_bwd(bias, residual.unwrap_or(bias), &op)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,24 +190,9 @@ mod tests {
 
     #[test]
     #[ignore = "needs a CUDA GPU"]
-    fn fused_kernels_match_candle_ops() -> candle_core::Result<()> {
+    fn conv1d_matches_candle() -> candle_core::Result<()> {
         let dev = Device::new_cuda(0)?;
         let x = (Tensor::randn(0f32, 2.0, (2, 5, 1001), &dev)? * 3.0)?;
-        let alpha = Tensor::rand(0.1f32, 2.0, (1, 5, 1), &dev)?;
-        let inv = (alpha.clone() + 1e-9)?.recip()?;
-        let want = (&x + x.broadcast_mul(&alpha)?.sin()?.sqr()?.broadcast_mul(&inv)?)?;
-        let got = snake(&x, &alpha, &inv)?;
-        assert_eq!(got.dims(), want.dims());
-        // the same f32 operations in the same order
-        assert_eq!(max_diff(&got, &want)?, 0.0);
-
-        let bias = Tensor::randn(0f32, 1.0, (1, 5, 1), &dev)?;
-        let r = Tensor::randn(0f32, 1.0, (2, 5, 1001), &dev)?;
-        let want = (x.broadcast_add(&bias)? + &r)?;
-        assert_eq!(max_diff(&bias_residual(&x, &bias, Some(&r))?, &want)?, 0.0);
-        let want = x.broadcast_add(&bias)?;
-        assert_eq!(max_diff(&bias_residual(&x, &bias, None)?, &want)?, 0.0);
-
         // the convolution against candle's, for a dilated and padded case and a batch of 2
         let w = Tensor::randn(0f32, 0.3, (7, 5, 3), &dev)?;
         for (padding, stride, dilation) in [(3, 1, 3), (0, 1, 1), (5, 1, 5), (1, 3, 1), (7, 15, 2)]
@@ -379,9 +209,6 @@ mod tests {
         assert!(conv1d(&x.narrow(2, 0, 4)?.contiguous()?, &w, 0, 1, 5).is_err());
         assert!(conv1d(&x, &w, 0, 0, 1).is_err());
 
-        // a residual of another shape is an error, not a wrong read
-        let short = Tensor::zeros((2, 5, 1000), DType::F32, &dev)?;
-        assert!(bias_residual(&x, &bias, Some(&short)).is_err());
         Ok(())
     }
 }

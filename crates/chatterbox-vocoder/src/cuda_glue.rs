@@ -1,8 +1,9 @@
-//! CUDA kernels for the element-wise work between HiFT's convolutions in `decode`
-//! (hifigan.py's `HiFTGenerator.decode`, upstream 5de7a54): the leaky ReLU in front of each
-//! upsampling, the upsampling's bias, crop and reflection pad with the source branch's sum, and
-//! the exp-magnitude / sin-phase spectrum in front of the iSTFT, each one pass instead of 3-10
-//! candle kernels, with the same f32 operations in the same order (no contraction, `expf`,
+//! CUDA kernels for the element-wise work around HiFT's convolutions (hifigan.py's `Snake`,
+//! `ResBlock` and `HiFTGenerator.decode`, upstream 5de7a54), one launcher for all: Snake and
+//! `bias (+ residual)` where a convolution runs as im2col + GEMM, the leaky ReLU in front of
+//! each upsampling, the upsampling's bias, crop and reflection pad with the source branch's
+//! sum, the sum of a stage's resblocks, and the exp-magnitude / sin-phase spectrum in front of
+//! the iSTFT, each one pass instead of 2-10 candle kernels, with the same f32 operations in the same order (no contraction, `expf`,
 //! `sinf`, `cosf`).
 //!
 //! ncu on the H100 (20 s of audio): the candle ops took 0.40 ms (leaky ReLU: maximum, minimum,
@@ -19,6 +20,31 @@ const SOURCE: &str = r#"
 // One signature for every kernel: inputs x, p, q; output y of n values; five sizes; a scalar.
 #define LOOP for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
     i < n; i += (unsigned long long)blockDim.x * gridDim.x)
+
+// Per channel of x (B, channels, len): y = x + inv_alpha sin(alpha x)^2 (p = alpha, q =
+// inv_alpha), with explicit roundings (no multiply-add contraction, as candle's separate ops).
+extern "C" __global__ void hift_snake(const float* x, const float* p, const float* q,
+        float* y, unsigned long long n, unsigned int channels, unsigned int len,
+        unsigned int c, unsigned int d, unsigned int e, float unused) {
+    LOOP {
+        unsigned int ch = (unsigned int)((i / len) % channels);
+        float v = x[i];
+        float s = sinf(__fmul_rn(v, p[ch]));
+        y[i] = __fadd_rn(v, __fmul_rn(__fmul_rn(s, s), q[ch]));
+    }
+}
+
+// Per channel of x (B, channels, len): y = x + bias (p), then + residual (q, x's shape) when
+// `has_residual`.
+extern "C" __global__ void hift_bias_residual(const float* x, const float* p, const float* q,
+        float* y, unsigned long long n, unsigned int channels, unsigned int len,
+        unsigned int has_residual, unsigned int d, unsigned int e, float unused) {
+    LOOP {
+        unsigned int ch = (unsigned int)((i / len) % channels);
+        float v = x[i] + p[ch];
+        y[i] = has_residual ? v + q[i] : v;
+    }
+}
 
 // y = x > 0 ? x : x * slope (candle's max(x, 0) + slope * min(x, 0), value for value).
 extern "C" __global__ void hift_leaky_relu(const float* x, const float* p, const float* q,
@@ -157,6 +183,54 @@ impl CustomOp3 for GlueOp {
     }
 }
 
+/// `(B, C, T)` dims of `x` and whether `params` hold `C` values each.
+fn per_channel(x: &Tensor, params: &[&Tensor], what: &str) -> candle_core::Result<(usize, usize)> {
+    let (_, c, t) = x.dims3()?;
+    if params.iter().any(|p| p.elem_count() != c) {
+        candle_core::bail!(
+            "hift {what}: parameters of {:?} values for {c} channels",
+            params.iter().map(|p| p.elem_count()).collect::<Vec<_>>()
+        )
+    }
+    Ok((c, t))
+}
+
+/// Snake, `x + inv_alpha * sin(alpha * x)^2` (`alpha`, `inv_alpha`: `C` values), in one pass.
+pub(crate) fn snake(x: &Tensor, alpha: &Tensor, inv_alpha: &Tensor) -> candle_core::Result<Tensor> {
+    let (c, t) = per_channel(x, &[alpha, inv_alpha], "Snake")?;
+    let op = GlueOp {
+        kernel: "hift_snake",
+        out: x.shape().clone(),
+        n: x.elem_count(),
+        sizes: [c, t, 0, 0, 0],
+        scalar: 0.0,
+    };
+    // reads the n values of x and c of each parameter
+    x.apply_op3_no_bwd(alpha, inv_alpha, &op)
+}
+
+/// `x + bias (+ residual)` (`bias`: `C` values) in one pass.
+pub(crate) fn bias_residual(
+    x: &Tensor,
+    bias: &Tensor,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let (c, t) = per_channel(x, &[bias], "bias")?;
+    if let Some(r) = residual.filter(|r| r.dims() != x.dims()) {
+        candle_core::bail!("hift bias: a residual {:?} for {:?}", r.dims(), x.dims())
+    }
+    let op = GlueOp {
+        kernel: "hift_bias_residual",
+        out: x.shape().clone(),
+        n: x.elem_count(),
+        sizes: [c, t, residual.is_some() as usize, 0, 0],
+        scalar: 0.0,
+    };
+    // reads the n values of x, c biases and, with a residual, its n values (x stands in for
+    // an absent one, never read)
+    x.apply_op3_no_bwd(bias, residual.unwrap_or(x), &op)
+}
+
 /// `F.leaky_relu(x, slope)` in one pass.
 pub(crate) fn leaky_relu(x: &Tensor, slope: f64) -> candle_core::Result<Tensor> {
     let n = x.elem_count();
@@ -265,6 +339,22 @@ mod tests {
     fn glue_kernels_match_candle_ops() -> candle_core::Result<()> {
         let dev = Device::new_cuda(0)?;
         let x = (Tensor::randn(0f32, 2.0, (2, 6, 1001), &dev)? * 3.0)?;
+        // the same f32 operations in the same order as candle's
+        let alpha = Tensor::rand(0.1f32, 2.0, (1, 6, 1), &dev)?;
+        let inv = (alpha.clone() + 1e-9)?.recip()?;
+        let want = (&x + x.broadcast_mul(&alpha)?.sin()?.sqr()?.broadcast_mul(&inv)?)?;
+        assert_eq!(max_diff(&snake(&x, &alpha, &inv)?, &want)?, 0.0);
+        assert!(snake(&x, &alpha.narrow(1, 0, 5)?, &inv).is_err());
+        let bias = Tensor::randn(0f32, 1.0, (1, 6, 1), &dev)?;
+        let r = Tensor::randn(0f32, 1.0, (2, 6, 1001), &dev)?;
+        let want = (x.broadcast_add(&bias)? + &r)?;
+        assert_eq!(max_diff(&bias_residual(&x, &bias, Some(&r))?, &want)?, 0.0);
+        let want = x.broadcast_add(&bias)?;
+        assert_eq!(max_diff(&bias_residual(&x, &bias, None)?, &want)?, 0.0);
+        // a residual of another shape is an error, not a wrong read
+        let short = r.narrow(2, 0, 1000)?.contiguous()?;
+        assert!(bias_residual(&x, &bias, Some(&short)).is_err());
+
         let want = crate::conv::leaky_relu(&x, 0.1)?;
         assert_eq!(max_diff(&leaky_relu(&x, 0.1)?, &want)?, 0.0);
 

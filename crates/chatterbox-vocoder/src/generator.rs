@@ -325,7 +325,7 @@ impl HiFTGenerator {
             // the last upsampling has nn.ReflectionPad1d((1, 0)) after it
             x = self.ups[i].forward_sum(&x, i == n - 1, &si)?;
             // `xs = xs + resblock_j(x)`, then `xs / num_kernels` (a true division, as
-            // torch does it), fused into the blocks' last convolutions on CUDA.
+            // torch does it); on CUDA the blocks run together and the sum is one pass.
             #[cfg(feature = "cuda")]
             let grouped =
                 crate::resblock::forward_stage_cuda(&self.resblocks[i * k..(i + 1) * k], &x)?;

@@ -89,8 +89,9 @@ impl ResBlock {
     }
 
     /// `(sum + block(x)) / div` (each part optional), the generator's
-    /// `xs = xs + resblock(x)` ... `xs / num_kernels`. On CUDA the additions and the
-    /// division are the last convolution's epilogue; elsewhere they are candle ops.
+    /// `xs = xs + resblock(x)` ... `xs / num_kernels`, the additions and the division as
+    /// candle ops (on CUDA the generator runs a stage's blocks together instead:
+    /// [`forward_stage_cuda`]).
     pub(crate) fn forward_sum(
         &self,
         x: &Tensor,
@@ -107,12 +108,6 @@ impl ResBlock {
             let xt =
                 self.convs1[i].forward_with(&x, Act::Snake(&self.activations1[i]), None, fast)?;
             let act = Act::Snake(&self.activations2[i]);
-            #[cfg(feature = "cuda")]
-            if i + 1 == n {
-                if let Some(y) = self.convs2[i].forward_cuda(&xt, act, Some(&x), sum, div)? {
-                    return Ok(y);
-                }
-            }
             x = self.convs2[i].forward_with(&xt, act, Some(&x), fast)?;
         }
         finish(x, sum, div)
@@ -174,10 +169,7 @@ pub(crate) fn forward_stage_cuda(
                     conv: tf(&r.convs2[i])?,
                     x: xt,
                     act: snake(&r.activations2[i]),
-                    epi: Epilogue {
-                        residual: Some(x),
-                        ..Default::default()
-                    },
+                    epi: Epilogue { residual: Some(x) },
                 })
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

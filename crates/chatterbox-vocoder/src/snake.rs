@@ -54,7 +54,7 @@ impl Snake {
     pub(crate) fn forward_generic(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         #[cfg(feature = "cuda")]
         if crate::cuda::applies(x) && self.alpha.dtype() == candle_core::DType::F32 {
-            return crate::cuda::snake(x, &self.alpha, &self.inv_alpha);
+            return crate::cuda_glue::snake(x, &self.alpha, &self.inv_alpha);
         }
         let s = x.broadcast_mul(&self.alpha)?.sin()?.sqr()?;
         x + s.broadcast_mul(&self.inv_alpha)?

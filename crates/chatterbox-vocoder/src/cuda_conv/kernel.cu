@@ -107,8 +107,8 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] xa[b, c, t + j dil - pad]) (+ res[b, o, t])
-//              (+ sum[b, o, t]) (/ div, when div != 0), where xa is the activated input as
+// y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] xa[b, c, t + j dil - pad]) (+ res[b, o, t]),
+// where xa is the activated input as
 // `hift_act_split` lays it out (`xs_g`, `chunks` groups of BK channels).
 // wf: the weight split and laid out as mma fragments: for each group of BK input channels, tap
 // and 16 output channels, the TF32 fragments of 2^11 hi of the 32 lanes, then the f16
@@ -120,9 +120,8 @@ template <int NS>
 __device__ __noinline__ void conv_body(
         const float4* __restrict__ xs_g, const float4* __restrict__ wf,
         const float* __restrict__ bias, const float* __restrict__ res,
-        const float* __restrict__ sum, float* __restrict__ y, int chunks, int c_out,
-        int m_tiles, int k, int t_in, int t_out, int dil, int pad, int has_res, int has_sum,
-        float div, int xs_stride, int b, int o0, int t0) {
+        float* __restrict__ y, int chunks, int c_out, int m_tiles, int k, int t_in, int t_out,
+        int dil, int pad, int has_res, int xs_stride, int b, int o0, int t0) {
     extern __shared__ float4 smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, q = lane & 3;
@@ -232,7 +231,6 @@ __device__ __noinline__ void conv_body(
     }
     float* yb = y + (unsigned long long)b * c_out * t_out;
     const float* rb = res + (unsigned long long)b * c_out * t_out;
-    const float* sb = sum + (unsigned long long)b * c_out * t_out;
     #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
         #pragma unroll
@@ -248,21 +246,11 @@ __device__ __noinline__ void conv_body(
                 // steps t and t + 1 as one 8-byte access where every operand allows it
                 unsigned long long addr = (unsigned long long)(yb + idx);
                 if (has_res) addr |= (unsigned long long)(rb + idx);
-                if (has_sum) addr |= (unsigned long long)(sb + idx);
                 if (t + 1 < t_out && (addr & 7) == 0) {
                     if (has_res) {
                         const float2 r = *reinterpret_cast<const float2*>(rb + idx);
                         v0 = v0 + r.x;
                         v1 = v1 + r.y;
-                    }
-                    if (has_sum) {
-                        const float2 r = *reinterpret_cast<const float2*>(sb + idx);
-                        v0 = r.x + v0;
-                        v1 = r.y + v1;
-                    }
-                    if (div != 0.0f) {
-                        v0 = __fdiv_rn(v0, div);
-                        v1 = __fdiv_rn(v1, div);
                     }
                     *reinterpret_cast<float2*>(yb + idx) = make_float2(v0, v1);
                 } else {
@@ -271,8 +259,6 @@ __device__ __noinline__ void conv_body(
                         if (t + e >= t_out) break;
                         float v = e == 0 ? v0 : v1;
                         if (has_res) v = v + rb[idx + e];
-                        if (has_sum) v = sb[idx + e] + v;
-                        if (div != 0.0f) v = __fdiv_rn(v, div);
                         yb[idx + e] = v;
                     }
                 }
@@ -286,10 +272,8 @@ struct ConvProblem {
     const float4* wf;
     const float* bias;
     const float* res;
-    const float* sum;
     float* y;
-    int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res, has_sum;
-    float div;
+    int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res;
     int xs_stride, t_blocks, o_blocks, first;
     // channel groups in flight (2, 3 or 4): the most its own shared memory allows
     int steps;
@@ -313,8 +297,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_group(const C
     const int tb = local % p.t_blocks, rest = local / p.t_blocks;
     const int ob = rest % p.o_blocks, b = rest / p.o_blocks;
 #define CONV_ARGS                                                                              \
-    p.xs, p.wf, p.bias, p.res, p.sum, p.y, p.chunks, p.c_out, p.m_tiles, p.k, p.t_in,          \
-        p.t_out, p.dil, p.pad, p.has_res, p.has_sum, p.div, p.xs_stride, b, ob * BM, tb * BN
+    p.xs, p.wf, p.bias, p.res, p.y, p.chunks, p.c_out, p.m_tiles, p.k, p.t_in, p.t_out,       \
+        p.dil, p.pad, p.has_res, p.xs_stride, b, ob * BM, tb * BN
     if (p.steps >= 4)
         conv_body<4>(CONV_ARGS);
     else if (p.steps == 3)

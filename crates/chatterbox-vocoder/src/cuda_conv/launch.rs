@@ -142,7 +142,6 @@ struct ConvProblem {
     wf: u64,
     bias: u64,
     res: u64,
-    sum: u64,
     y: u64,
     chunks: i32,
     c_out: i32,
@@ -153,14 +152,15 @@ struct ConvProblem {
     dil: i32,
     pad: i32,
     has_res: i32,
-    has_sum: i32,
-    div: f32,
     xs_stride: i32,
     t_blocks: i32,
     o_blocks: i32,
     first: i32,
     steps: i32,
 }
+
+// The kernel reads the parameter with the C layout of `kernel.cu`: 5 pointers and 14 ints.
+const _: () = assert!(std::mem::size_of::<ConvProblem>() == 96);
 
 /// `ConvGroup` of the source.
 #[repr(C)]
@@ -238,37 +238,52 @@ impl CustomOp1 for GroupOp<'_, '_> {
             count: parts.len() as i32,
             ..Default::default()
         };
-        // the operands' storages, views and read records, alive until the launch is queued
+        // Each problem's sizes and first block, then its operands' device pointers (the
+        // storages, views and read records stay alive until the launch is queued).
         let mut storages = Vec::with_capacity(parts.len());
-        let mut first = 0usize;
-        for p in parts {
+        let mut blocks = 0usize;
+        for (i, p) in parts.iter().enumerate() {
             let cv = p.conv;
             let chunks = cv.c_in.div_ceil(BK);
             if p.xs.elem_count() != p.b * chunks * 4 * p.t * 4 {
                 candle_core::bail!("hift conv1d: a split input of {} values", p.xs.elem_count())
             }
-            let blocks = p.t_out.div_ceil(BN) * cv.c_out.div_ceil(BM) * p.b;
-            if [
-                p.b * chunks * 4 * p.t * 4,
-                p.t + 2 * cv.padding,
-                first + blocks,
-            ]
-            .iter()
-            .any(|&v| v > i32::MAX as usize)
+            let (t_blocks, o_blocks) = (p.t_out.div_ceil(BN), cv.c_out.div_ceil(BM));
+            let first = blocks;
+            blocks += t_blocks * o_blocks * p.b;
+            if [p.b * chunks * 4 * p.t * 4, p.t + 2 * cv.padding, blocks]
+                .iter()
+                .any(|&v| v > i32::MAX as usize)
             {
                 candle_core::bail!("hift conv1d: sizes past 31 bits")
             }
-            first += blocks;
-            // the bias stands in for absent operands: the kernel never reads those
+            group.p[i] = ConvProblem {
+                y: out_ptr + (at[i] * std::mem::size_of::<f32>()) as u64,
+                chunks: chunks as i32,
+                c_out: cv.c_out as i32,
+                m_tiles: (cv.c_out_pad / 16) as i32,
+                k: cv.k as i32,
+                t_in: p.t as i32,
+                t_out: p.t_out as i32,
+                dil: cv.dilation as i32,
+                pad: cv.padding as i32,
+                has_res: p.epi.residual.is_some() as i32,
+                xs_stride: xs_stride(BN + (cv.k - 1) * cv.dilation) as i32,
+                t_blocks: t_blocks as i32,
+                o_blocks: o_blocks as i32,
+                first: first as i32,
+                steps: cv.steps as i32,
+                ..Default::default()
+            };
+            // the bias stands in for an absent residual: the kernel never reads it
             storages.push([
                 p.xs.storage_and_layout(),
                 cv.w.storage_and_layout(),
                 cv.bias.storage_and_layout(),
                 p.epi.residual.unwrap_or(&cv.bias).storage_and_layout(),
-                p.epi.sum.unwrap_or(&cv.bias).storage_and_layout(),
             ]);
         }
-        const WHAT: [&str; 5] = ["split input", "weight", "bias", "residual", "sum"];
+        const WHAT: [&str; 4] = ["split input", "weight", "bias", "residual"];
         let views = storages
             .iter()
             .map(|ops| {
@@ -278,57 +293,29 @@ impl CustomOp1 for GroupOp<'_, '_> {
                     .collect::<candle_core::Result<Vec<_>>>()
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let mut guards = Vec::with_capacity(5 * parts.len());
-        first = 0;
-        for (i, (p, views)) in parts.iter().zip(&views).enumerate() {
-            let cv = p.conv;
-            let mut ptrs = [0u64; 5];
+        let mut guards = Vec::with_capacity(4 * parts.len());
+        for (problem, views) in group.p.iter_mut().zip(&views) {
+            let mut ptrs = [0u64; 4];
             for (ptr, v) in ptrs.iter_mut().zip(views) {
                 let (d, g) = v.device_ptr(&stream);
                 *ptr = d;
                 guards.push(g);
             }
-            let t_blocks = p.t_out.div_ceil(BN);
-            let o_blocks = cv.c_out.div_ceil(BM);
-            group.p[i] = ConvProblem {
-                xs: ptrs[0],
-                wf: ptrs[1],
-                bias: ptrs[2],
-                res: ptrs[3],
-                sum: ptrs[4],
-                y: out_ptr + (at[i] * std::mem::size_of::<f32>()) as u64,
-                chunks: cv.c_in.div_ceil(BK) as i32,
-                c_out: cv.c_out as i32,
-                m_tiles: (cv.c_out_pad / 16) as i32,
-                k: cv.k as i32,
-                t_in: p.t as i32,
-                t_out: p.t_out as i32,
-                dil: cv.dilation as i32,
-                pad: cv.padding as i32,
-                has_res: p.epi.residual.is_some() as i32,
-                has_sum: p.epi.sum.is_some() as i32,
-                div: p.epi.div.unwrap_or(0.0),
-                xs_stride: xs_stride(BN + (cv.k - 1) * cv.dilation) as i32,
-                t_blocks: t_blocks as i32,
-                o_blocks: o_blocks as i32,
-                first: first as i32,
-                steps: cv.steps as i32,
-            };
-            first += t_blocks * o_blocks * p.b;
+            [problem.xs, problem.wf, problem.bias, problem.res] = ptrs;
         }
         let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
         let mut builder = func.builder();
         builder.arg(&group);
         let cfg = LaunchConfig {
-            grid_dim: (first as u32, 1, 1),
+            grid_dim: (blocks as u32, 1, 1),
             block_dim: (THREADS as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: for each problem the kernel reads its split input (b * chunks * 4 * t
         // float4, checked above; out-of-range steps are zero-filled, not read), its weight
         // fragments (chunks * k * m_tiles * 64 float4: a block reads its 4 tiles of 16 output
-        // channels, inside c_out_pad), c_out biases, and the residual and sum (b * c_out *
-        // t_out each, checked by the caller) when has_res / has_sum; it writes its output
+        // channels, inside c_out_pad), c_out biases, and the residual (b * c_out * t_out,
+        // checked by the caller) when has_res; it writes its output
         // inside the b * c_out * t_out floats at its offset of `out`. The blocks numbered
         // from `first` cover exactly t_blocks * o_blocks * b per problem; the shared memory
         // holds each problem's `steps` groups.

@@ -1,7 +1,7 @@
 //! HiFT's stride-1 convolutions (hifigan.py's `Conv1d` layers and the `Snake` / leaky ReLU in
 //! front of them, upstream 5de7a54) on CUDA: one implicit-GEMM kernel on the tensor cores in
-//! split precision ("3xTF32"), with the activation, the bias, the residual and the generator's
-//! resblock sum fused.
+//! split precision ("3xTF32"), with the activation applied once in front and the bias and the
+//! residual fused.
 //!
 //! Each f32 operand is split into `hi` (rounded to TF32's 11 significant bits) and
 //! `lo = x - hi` (exact in f32), and `x * w` is summed as `lo_w hi_x + hi_w lo_x + hi_w hi_x`.
@@ -55,41 +55,22 @@ const KERNEL: &str = "hift_conv_group";
 /// first.
 const STEPS: [usize; 3] = [4, 3, 2];
 
-/// A forced number of groups in flight (`CHATTERBOX_HIFT_CONV_STEPS`, for timing).
-fn forced_steps() -> Option<usize> {
-    static V: OnceLock<Option<usize>> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("CHATTERBOX_HIFT_CONV_STEPS")
-            .ok()?
-            .parse()
-            .ok()
-    })
-}
-
 /// Shared memory of one group in flight, in bytes: the window and the block's weights.
 fn step_bytes(k: usize, dilation: usize) -> usize {
     (4 * xs_stride(BN + (k - 1) * dilation) + k * (BM / 16) * 64) * 16
 }
 
-/// The groups in flight for `k` taps at `dilation` and their shared memory: the most that
-/// still let two blocks share a multiprocessor, else two (`None` if two do not fit a block).
-fn pick_kernel(
-    k: usize,
-    dilation: usize,
-    (per_block, per_sm): (usize, usize),
-) -> Option<(usize, usize)> {
+/// The groups in flight for `k` taps at `dilation`: the most that still let two blocks share
+/// a multiprocessor, else two (`None` if two do not fit a block).
+fn pick_steps(k: usize, dilation: usize, (per_block, per_sm): (usize, usize)) -> Option<usize> {
     let step = step_bytes(k, dilation);
     let fits = |ns: usize| ns * step <= per_block;
     // (the driver reserves 1 KiB of a multiprocessor's shared memory per block)
     let two_per_sm = |ns: usize| 2 * (ns * step + 1024) <= per_sm;
-    let pick = match forced_steps() {
-        Some(f) => STEPS.into_iter().find(|&ns| ns == f && fits(ns)),
-        None => STEPS
-            .into_iter()
-            .find(|&ns| fits(ns) && two_per_sm(ns))
-            .or_else(|| STEPS.into_iter().find(|&ns| ns == 2 && fits(ns))),
-    };
-    pick.map(|ns| (ns, ns * step))
+    STEPS
+        .into_iter()
+        .find(|&ns| fits(ns) && two_per_sm(ns))
+        .or_else(|| Some(2).filter(|&ns| fits(ns)))
 }
 
 /// The staged window's row stride (in float4) for `span` steps: the next one that is 2 mod 8,
@@ -177,7 +158,7 @@ impl Tf32x3Conv {
         };
         // two groups in flight must fit the shared memory of a block
         let shared = chatterbox_cuda::shared_memory(dev)?;
-        let Some((steps, _)) = pick_kernel(k, dilation, shared) else {
+        let Some(steps) = pick_steps(k, dilation, shared) else {
             return Ok(None);
         };
         // the kernel may take the most shared memory a block may have (a launch sets what it
@@ -296,17 +277,14 @@ impl Tf32x3Conv {
         let Some(t_out) = self.len_out(t) else {
             candle_core::bail!("hift conv1d: input of {t} samples is too short")
         };
-        for r in [item.epi.residual, item.epi.sum].into_iter().flatten() {
+        if let Some(r) = item.epi.residual {
             if r.dims() != [b, self.c_out, t_out] || !r.is_contiguous() || r.dtype() != DType::F32 {
                 candle_core::bail!(
-                    "hift conv1d: an addend {:?} for an output ({b}, {}, {t_out})",
+                    "hift conv1d: a residual {:?} for an output ({b}, {}, {t_out})",
                     r.dims(),
                     self.c_out
                 )
             }
-        }
-        if item.epi.div == Some(0.0) {
-            candle_core::bail!("hift conv1d: division by zero")
         }
         Ok(t_out)
     }
@@ -359,13 +337,10 @@ fn tensor_core_sms(dev: &CudaDevice) -> candle_core::Result<Option<usize>> {
         .transpose()
 }
 
-/// What the kernel adds to `conv + bias`, in this order (as the reference's separate ops):
-/// `+ residual`, then `sum +`, then `/ div`.
+/// What the kernel adds to `conv + bias` (after it, as the reference's separate ops).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Epilogue<'a> {
     pub residual: Option<&'a Tensor>,
-    pub sum: Option<&'a Tensor>,
-    pub div: Option<f32>,
 }
 
 #[cfg(test)]
@@ -378,13 +353,13 @@ mod tests {
         let h100 = (232_448, 233_472);
         // 11 taps at dilation 5: a 178-step window (11.1 KiB) and 44 KiB of weights per group
         assert_eq!(step_bytes(11, 5), (4 * 178 + 11 * 256) * 16);
-        assert_eq!(pick_kernel(11, 5, h100), Some((2, 2 * step_bytes(11, 5))));
-        assert_eq!(pick_kernel(3, 1, h100), Some((4, 4 * step_bytes(3, 1))));
-        assert_eq!(pick_kernel(7, 1, h100), Some((3, 3 * step_bytes(7, 1))));
+        assert_eq!(pick_steps(11, 5, h100), Some(2));
+        assert_eq!(pick_steps(3, 1, h100), Some(4));
+        assert_eq!(pick_steps(7, 1, h100), Some(3));
         // one block per multiprocessor when two do not fit; none past a block's limit
         let small = (120_000, 150_000);
-        assert_eq!(pick_kernel(11, 5, small), Some((2, 2 * step_bytes(11, 5))));
-        assert_eq!(pick_kernel(11, 5, (48 * 1024, 100_000)), None);
+        assert_eq!(pick_steps(11, 5, small), Some(2));
+        assert_eq!(pick_steps(11, 5, (48 * 1024, 100_000)), None);
     }
 
     #[test]
@@ -422,7 +397,6 @@ mod tests {
                 act: acts[i],
                 epi: Epilogue {
                     residual: (i != 2).then_some(&residuals[i]),
-                    ..Default::default()
                 },
             })
             .collect();
@@ -475,7 +449,7 @@ mod tests {
             // the fused activations against candle's on the same input
             let alpha = Tensor::rand(0.1f32, 2.0, (1, c_in, 1), &dev)?;
             let inv = (alpha.clone() + 1e-9)?.recip()?;
-            let snaked = crate::cuda::snake(&x, &alpha, &inv)?;
+            let snaked = crate::cuda_glue::snake(&x, &alpha, &inv)?;
             let leaky = crate::conv::leaky_relu(&x, 0.1)?;
             for (pre, xa) in [
                 (PreAct::Snake(&alpha, &inv), snaked),
@@ -488,20 +462,13 @@ mod tests {
             // the residual is added after the bias, as `(conv + bias) + residual`
             let plain = conv.forward(&x, PreAct::Identity, Epilogue::default())?;
             let r = Tensor::randn(0f32, 1.0, plain.dims(), &dev)?;
-            let sum = Tensor::randn(0f32, 1.0, plain.dims(), &dev)?;
-            let epi = |residual, sum, div| Epilogue { residual, sum, div };
+            let epi = |residual| Epilogue { residual };
             let max_diff = |a: Tensor, b: Tensor| -> candle_core::Result<f32> {
                 (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
             };
-            let fused = conv.forward(&x, PreAct::Identity, epi(Some(&r), None, None))?;
+            let fused = conv.forward(&x, PreAct::Identity, epi(Some(&r)))?;
             assert_eq!(max_diff(fused, (&plain + &r)?)?, 0.0);
-            // `(sum + ((conv + bias) + residual)) / 3`, as the generator's separate ops
-            let e = epi(Some(&r), Some(&sum), Some(3.0));
-            let fused = conv.forward(&x, PreAct::Identity, e)?;
-            let three = Tensor::new(3f32, &dev)?;
-            let want = (&sum + (&plain + &r)?)?.broadcast_div(&three)?;
-            assert_eq!(max_diff(fused, want)?, 0.0);
-            let bad = epi(Some(&x), None, None);
+            let bad = epi(Some(&x));
             assert!(conv.forward(&x, PreAct::Identity, bad).is_err() || c_in == c_out);
         }
         Ok(())
