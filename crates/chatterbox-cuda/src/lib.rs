@@ -10,7 +10,7 @@ mod ptx;
 mod view;
 
 #[cfg(feature = "cuda")]
-pub use device::{compute_capability, multiprocessors, shared_memory};
+pub use device::{compute_capability, multiprocessors, retain_freed_memory, shared_memory};
 #[cfg(feature = "cuda")]
 pub use ptx::Ptx;
 #[cfg(feature = "cuda")]
@@ -44,6 +44,41 @@ mod tests {
         assert!(major >= 3 && minor >= 0, "{major}.{minor}");
         assert_eq!(compute_capability(&dev)?, (major, minor));
         assert!(multiprocessors(&dev)? >= 1);
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn freed_memory_stays_in_the_pool() -> candle_core::Result<()> {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        use candle_core::cuda_backend::WrapErr;
+        let candle_core::Device::Cuda(dev) = candle_core::Device::new_cuda(0)? else {
+            candle_core::bail!("not a CUDA device")
+        };
+        let threshold = || -> candle_core::Result<u64> {
+            let ctx = dev.cuda_stream().context().clone();
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            let mut value = 0u64;
+            // SAFETY: as in `retain_freed_memory`, reading the attribute instead
+            unsafe {
+                sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+                    .result()
+                    .w()?;
+                sys::cuMemPoolGetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut value as *mut u64).cast(),
+                )
+                .result()
+                .w()?;
+            }
+            Ok(value)
+        };
+        retain_freed_memory(&dev)?;
+        assert_eq!(threshold()?, u64::MAX);
+        // a second call changes nothing and does not fail
+        retain_freed_memory(&dev)?;
+        assert_eq!(threshold()?, u64::MAX);
         Ok(())
     }
 }
