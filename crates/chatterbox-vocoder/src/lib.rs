@@ -19,6 +19,8 @@ mod source;
 mod split_precision;
 mod stft;
 mod trim_fade;
+#[cfg(any(test, feature = "cuda"))]
+mod weight_fragments;
 mod weights;
 
 pub use config::{F0PredictorConfig, HiFTConfig, IstftParams};

@@ -1,31 +1,7 @@
-// The split-precision ("3xTF32") implicit-GEMM convolution of chatterbox-vocoder (see
-// `mod.rs`): hi_w hi_x on TF32 mma, lo_w hi_x + hi_w lo_x on one f16 mma of depth 16. Compiled
-// at run time with NVRTC for compute_80.
-#define BM 64
-#define BN 128
-#define BK 8
+// The split-precision ("3xTF32") implicit-GEMM convolution of chatterbox-vocoder for sm_80 and
+// newer (see `mod.rs`): hi_w hi_x on TF32 mma.sync, lo_w hi_x + hi_w lo_x on one f16 mma of
+// depth 16. Compiled at run time with NVRTC for compute_80, after `common.cuh`.
 #define THREADS 256
-
-// hi: v rounded to TF32 (to nearest); lo: the f32 remainder. Non-finite values (or values that
-// would round past the largest float) stay whole in hi.
-__device__ __forceinline__ void split_tf32(float v, float& hi, float& lo) {
-    unsigned int bits = __float_as_uint(v);
-    unsigned int h = (bits + 0x1000u) & 0xffffe000u;
-    if ((bits & 0x7f800000u) == 0x7f800000u || (h & 0x7f800000u) == 0x7f800000u) h = bits;
-    hi = __uint_as_float(h);
-    lo = __fsub_rn(v, hi);
-}
-
-// Two values as an f16 pair (the first in the low half), rounded to nearest and saturated at
-// the largest finite f16, in a float's bits.
-__device__ __forceinline__ float f16_pair(float a, float b) {
-    a = fminf(fmaxf(a, -65504.0f), 65504.0f);
-    b = fminf(fmaxf(b, -65504.0f), 65504.0f);
-    unsigned short ha, hb;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
-    return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
-}
 
 // The activated input, split and laid out for the convolution: for batch b, group cc of BK
 // channels, q < 4 and step t, the float4 (hi of channel 8 cc + q, hi of 8 cc + q + 4, then as
@@ -85,26 +61,6 @@ __device__ __forceinline__ void mma_f16(float* d, float4 a, float b0, float b1) 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(__float_as_uint(a.x)), "r"(__float_as_uint(a.y)), "r"(__float_as_uint(a.z)),
           "r"(__float_as_uint(a.w)), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
-}
-
-__device__ __forceinline__ unsigned int smem_addr(const void* p) {
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (unsigned int)a;
-}
-
-// 16 bytes from global to shared, zero-filled when `valid` is false.
-__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, bool valid) {
-    int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // y[b, o, t] = (bias[o] + sum_{c, j} w[o, c, j] xa[b, c, t + j dil - pad]) (+ res[b, o, t]),
@@ -264,28 +220,6 @@ __device__ __noinline__ void conv_body(
                 }
             }
 }
-
-// One convolution of a group launched together (its operands as above), and its blocks:
-// t_blocks x o_blocks x batch, numbered from `first`.
-struct ConvProblem {
-    const float4* xs;
-    const float4* wf;
-    const float* bias;
-    const float* res;
-    float* y;
-    int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res;
-    int xs_stride, t_blocks, o_blocks, first;
-    // channel groups in flight (2, 3 or 4): the most its own shared memory allows
-    int steps;
-};
-
-// Up to MAX_GROUP independent convolutions in one launch, so that the blocks of one fill the
-// last wave of another (`count` problems, blocks numbered consecutively across them).
-#define MAX_GROUP 3
-struct ConvGroup {
-    ConvProblem p[MAX_GROUP];
-    int count;
-};
 
 // The convolutions of a group, each with its own groups in flight (the launch's shared memory
 // is the largest of theirs).

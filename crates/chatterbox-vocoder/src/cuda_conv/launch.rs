@@ -1,9 +1,11 @@
-//! The launches of `kernel.cu` (hifigan.py's `Conv1d` and the activation in front of it):
-//! `hift_act_split` for one input, and one convolution kernel for a group of split inputs.
+//! The launches of `kernel.cu` and `kernel_sm90.cu` (hifigan.py's `Conv1d` and the activation
+//! in front of it): the split kernel for one input, and one convolution kernel for a group of
+//! split inputs.
 use super::{
-    step_bytes, xs_stride, Epilogue, PreAct, Tf32x3Conv, BK, BM, BN, KERNEL, MAX_GROUP, MODULE,
-    PTX, SPLIT_KERNEL, THREADS,
+    kernels, step_bytes, xs_stride, Epilogue, PreAct, Tf32x3Conv, BK, BM, BN, MAX_GROUP,
+    SPLIT_THREADS,
 };
+use crate::weight_fragments::Form;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
 };
@@ -46,12 +48,12 @@ impl<'a> ActArgs<'a> {
     }
 }
 
-/// `hift_act_split` over `(B, C, T)` `x`: `B * ceil(C / 8) * 4 * T * 4` floats.
-pub(super) fn split(x: &Tensor, act: ActArgs) -> candle_core::Result<Tensor> {
-    x.apply_op1_no_bwd(&SplitOp(act))
+/// The split kernel of `form` over `(B, C, T)` `x`: `B * ceil(C / 8) * 4 * T * 4` floats.
+pub(super) fn split(x: &Tensor, act: ActArgs, form: Form) -> candle_core::Result<Tensor> {
+    x.apply_op1_no_bwd(&SplitOp(act, form))
 }
 
-struct SplitOp<'a>(ActArgs<'a>);
+struct SplitOp<'a>(ActArgs<'a>, Form);
 
 impl CustomOp1 for SplitOp<'_> {
     fn name(&self) -> &'static str {
@@ -89,7 +91,8 @@ impl CustomOp1 for SplitOp<'_> {
         };
         // SAFETY: the split kernel writes every value.
         let xs = unsafe { dev.alloc::<f32>(n)? };
-        let func = dev.get_or_load_custom_func(SPLIT_KERNEL, MODULE, PTX.get()?)?;
+        let kern = kernels(self.1);
+        let func = dev.get_or_load_custom_func(kern.split, kern.module, kern.ptx.get()?)?;
         let (c_in, t_i) = (c as i32, t as i32);
         let mut builder = func.builder();
         builder.arg(&xv);
@@ -109,8 +112,12 @@ impl CustomOp1 for SplitOp<'_> {
         builder.arg(&self.0.code);
         builder.arg(&self.0.slope);
         let cfg = LaunchConfig {
-            grid_dim: (t.div_ceil(THREADS) as u32, (chunks * 4) as u32, b as u32),
-            block_dim: (THREADS as u32, 1, 1),
+            grid_dim: (
+                t.div_ceil(SPLIT_THREADS) as u32,
+                (chunks * kern.split_rows) as u32,
+                b as u32,
+            ),
+            block_dim: (SPLIT_THREADS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: reads `x` (b * c * t values, channels past c skipped) and `c` Snake
@@ -220,10 +227,24 @@ impl CustomOp1 for GroupOp<'_, '_> {
         let dev: &CudaDevice = &x0.device;
         let stream = dev.cuda_stream();
         let parts = self.parts;
-        // each part with its own groups in flight, in the largest shared memory of them
+        let form = parts[0].conv.form;
+        if parts.iter().any(|p| p.conv.form != form) {
+            candle_core::bail!("hift conv1d: a group of convolutions for different kernels")
+        }
+        let kern = kernels(form);
+        // mma.sync: each part with its own groups in flight, in the largest shared memory of
+        // them; wgmma: the fewest groups in flight of the parts
+        let fewest = parts.iter().map(|p| p.conv.steps).min().unwrap_or(2);
         let smem = parts
             .iter()
-            .map(|p| p.conv.steps * step_bytes(p.conv.k, p.conv.dilation))
+            .map(|p| {
+                let steps = if form == Form::Wgmma {
+                    fewest
+                } else {
+                    p.conv.steps
+                };
+                steps * step_bytes(p.conv.k, p.conv.dilation)
+            })
             .max()
             .unwrap_or(0);
         let (at, total) = offsets(parts);
@@ -303,22 +324,24 @@ impl CustomOp1 for GroupOp<'_, '_> {
             }
             [problem.xs, problem.wf, problem.bias, problem.res] = ptrs;
         }
-        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
+        let name = kern.conv[fewest.clamp(2, 4) - 2];
+        let func = dev.get_or_load_custom_func(name, kern.module, kern.ptx.get()?)?;
         let mut builder = func.builder();
         builder.arg(&group);
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
-            block_dim: (THREADS as u32, 1, 1),
+            block_dim: (kern.threads as u32, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         // SAFETY: for each problem the kernel reads its split input (b * chunks * 4 * t
         // float4, checked above; out-of-range steps are zero-filled, not read), its weight
-        // fragments (chunks * k * m_tiles * 64 float4: a block reads its 4 tiles of 16 output
-        // channels, inside c_out_pad), c_out biases, and the residual (b * c_out * t_out,
-        // checked by the caller) when has_res; it writes its output
-        // inside the b * c_out * t_out floats at its offset of `out`. The blocks numbered
-        // from `first` cover exactly t_blocks * o_blocks * b per problem; the shared memory
-        // holds each problem's `steps` groups.
+        // fragments (chunks * k * m_tiles * 64 float4: a block reads the 1024 floats per
+        // group and tap of its 64 output channels, inside c_out_pad), c_out biases, and the
+        // residual (b * c_out * t_out, checked by the caller) when has_res; it writes its
+        // output inside the b * c_out * t_out floats at its offset of `out`. The blocks
+        // numbered from `first` cover exactly t_blocks * o_blocks * b per problem; the shared
+        // memory holds each problem's `steps` groups (mma.sync) or `fewest` (wgmma), and the
+        // wgmma kernel is the one for `fewest`.
         unsafe { builder.launch(cfg) }.w()?;
         drop(guards);
         drop(out_guard);

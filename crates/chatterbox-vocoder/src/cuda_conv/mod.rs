@@ -17,42 +17,93 @@
 //! output's scale off an f64 reference on a 64-channel, 11-tap case; per group it is 2e-7 to
 //! 6e-7; strict FP32 is ~1e-7, plain TF32, as PyTorch's cuDNN convolutions run, ~1e-3).
 //!
-//! Two kernels per convolution. `hift_act_split` applies the activation once and writes the
-//! input split and laid out for the mma (4 floats per value: 2x the input). The convolution
-//! then computes 64 output channels x 128 time steps per block with 8 warps of 32 x 32: for
-//! each group of 8 input channels, `cp.async` copies the window (128 steps plus the kernel's
-//! dilated reach) and the block's weight fragments for that group into shared memory, two to
-//! four groups ahead, and every tap runs from there: no im2col, and no global loads or
-//! arithmetic besides the mma between the barriers. The weights are split at load time and
-//! laid out as mma fragments. One launch takes up to three independent convolutions
-//! ([`forward_group`]), each with its own sizes and groups in flight, so that one's blocks
-//! fill the last wave of another's.
+//! Two kernels per convolution, in one of two forms ([`Form`]) with the same arithmetic in the
+//! same order (their outputs are equal to the bit). A split kernel applies the activation once
+//! and writes the input split and laid out for the tensor cores (4 floats per value: 2x the
+//! input). The convolution computes 64 output channels x 128 time steps per block: for each
+//! group of 8 input channels, `cp.async` copies the window (128 steps plus the kernel's
+//! dilated reach) and the block's weights for that group into shared memory, two to four
+//! groups ahead, and every tap runs from there: no im2col, and no global loads between the
+//! barriers. The weights are split and laid out once, at load time (`weight_fragments`).
+//! - `kernel_sm90.cu` (Hopper, sm_90a): one warpgroup per block issues, per group, the TF32 and
+//!   the f16 `wgmma` of every tap on operands read straight from shared memory (K-major core
+//!   matrices, no swizzle; a tap is the window's descriptor moved by `j * dilation` rows), then
+//!   waits once and adds the group's sum. Up to three blocks share a multiprocessor.
+//! - `kernel.cu` (sm_80 and newer): 8 warps of 32 x 32 load mma.sync fragments from shared
+//!   memory; two blocks per multiprocessor.
+//!
+//! One launch takes up to three independent convolutions ([`forward_group`]), each with its
+//! own sizes, so that one's blocks fill the last wave of another's. The epilogue adds the bias
+//! and the residual (all of a thread's residual loads in flight before its first store).
 //!
 //! On the H100 (20 s of audio, `cargo xtask bench vocoder`): decode 19.4 ms with the window
 //! staged (activation and split) by the convolution itself and the weights read through L1,
 //! 17.3 with the split kernel and the window by `cp.async`, 14.5 with the weights staged too.
-//! Grouping HiFT's three resblocks took the 4 s inference from 6.6 to 5.2 ms.
+//! Grouping HiFT's three resblocks took the 4 s inference from 6.6 to 5.2 ms. The wgmma form
+//! took the convolutions of a 20 s decode from 8.8 to 6.4 ms (CUDA events around each launch,
+//! the same binary), the inference from 12.6 to 10.6 ms.
 mod launch;
 
-use crate::split_precision::{f16_pair, split};
+use crate::weight_fragments::{self, Form};
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SHARED_SIZE_BYTES;
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{DType, Device, Tensor};
 use chatterbox_cuda::Ptx;
 use std::sync::OnceLock;
 
-const MODULE: &str = "chatterbox_vocoder_conv_tf32x3";
-const SPLIT_KERNEL: &str = "hift_act_split";
-/// Output channels, time steps and input channels per group (must match the source).
+/// Output channels, time steps and input channels per group (must match `common.cuh`).
 const BM: usize = 64;
 const BN: usize = 128;
 const BK: usize = 8;
-/// Threads per block of the convolution and of the split.
-const THREADS: usize = 256;
+/// Threads per block of the split kernels.
+const SPLIT_THREADS: usize = 256;
 
-const KERNEL: &str = "hift_conv_group";
-/// The channel groups in flight the kernel can keep (`conv_body<NS>` in the source), most
-/// first.
+/// The kernels of one [`Form`] and how they are launched.
+#[derive(Debug)]
+struct Kernels {
+    module: &'static str,
+    ptx: &'static Ptx,
+    split: &'static str,
+    /// Rows of the split kernel's grid per group of 8 input channels.
+    split_rows: usize,
+    /// Threads per block of the convolution.
+    threads: usize,
+    /// The convolution kernel for 2, 3 and 4 channel groups in flight.
+    conv: [&'static str; 3],
+    /// Blocks per multiprocessor that the groups in flight are picked for.
+    blocks_per_sm: usize,
+}
+
+const MMA: Kernels = Kernels {
+    module: "chatterbox_vocoder_conv_tf32x3",
+    ptx: &PTX_MMA,
+    split: "hift_act_split",
+    split_rows: 4,
+    threads: 256,
+    // one kernel: each problem of a launch keeps its own groups in flight
+    conv: ["hift_conv_group"; 3],
+    blocks_per_sm: 2,
+};
+
+const WGMMA: Kernels = Kernels {
+    module: "chatterbox_vocoder_conv_tf32x3_sm90",
+    ptx: &PTX_WGMMA,
+    split: "hift_act_split_wg",
+    split_rows: 1,
+    threads: 128,
+    // one kernel per count: a launch's problems keep the fewest of theirs
+    conv: ["hift_conv_wg2", "hift_conv_wg3", "hift_conv_wg4"],
+    blocks_per_sm: 3,
+};
+
+fn kernels(form: Form) -> &'static Kernels {
+    match form {
+        Form::Mma => &MMA,
+        Form::Wgmma => &WGMMA,
+    }
+}
+
+/// The channel groups in flight the kernels can keep (`NS` in the sources), most first.
 const STEPS: [usize; 3] = [4, 3, 2];
 
 /// Shared memory of one group in flight, in bytes: the window and the block's weights.
@@ -60,29 +111,43 @@ fn step_bytes(k: usize, dilation: usize) -> usize {
     (4 * xs_stride(BN + (k - 1) * dilation) + k * (BM / 16) * 64) * 16
 }
 
-/// The groups in flight for `k` taps at `dilation`: the most that still let two blocks share
-/// a multiprocessor, else two (`None` if two do not fit a block).
-fn pick_steps(k: usize, dilation: usize, (per_block, per_sm): (usize, usize)) -> Option<usize> {
+/// The groups in flight for `k` taps at `dilation`: the most that still let `blocks`
+/// blocks share a multiprocessor, else two (`None` if two do not fit a block).
+fn pick_steps(
+    k: usize,
+    dilation: usize,
+    (per_block, per_sm): (usize, usize),
+    blocks: usize,
+) -> Option<usize> {
     let step = step_bytes(k, dilation);
     let fits = |ns: usize| ns * step <= per_block;
     // (the driver reserves 1 KiB of a multiprocessor's shared memory per block)
-    let two_per_sm = |ns: usize| 2 * (ns * step + 1024) <= per_sm;
+    let shared = |ns: usize| blocks * (ns * step + 1024) <= per_sm;
     STEPS
         .into_iter()
-        .find(|&ns| fits(ns) && two_per_sm(ns))
+        .find(|&ns| fits(ns) && shared(ns))
         .or_else(|| Some(2).filter(|&ns| fits(ns)))
 }
 
 /// The staged window's row stride (in float4) for `span` steps: the next one that is 2 mod 8,
-/// which keeps the fragment loads free of bank conflicts.
+/// which keeps the mma.sync fragment loads free of bank conflicts.
 fn xs_stride(span: usize) -> usize {
     (span + 6).next_multiple_of(8) - 6
 }
 
-const SOURCE: &str = include_str!("kernel.cu");
-
 // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
-static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "HiFT convolution kernel");
+static PTX_MMA: Ptx = Ptx::new(
+    concat!(include_str!("common.cuh"), include_str!("kernel.cu")),
+    Some("compute_80"),
+    "HiFT convolution kernel",
+);
+
+// wgmma exists on sm_90a only (Hopper; not its successors).
+static PTX_WGMMA: Ptx = Ptx::new(
+    concat!(include_str!("common.cuh"), include_str!("kernel_sm90.cu")),
+    Some("compute_90a"),
+    "HiFT convolution kernel (wgmma)",
+);
 
 /// Where the kernel runs, read once from `CHATTERBOX_HIFT_CONV`: unset (or `auto`) on every
 /// convolution long enough to fill the GPU, `fp32` nowhere (strict FP32 GEMMs throughout),
@@ -135,16 +200,36 @@ pub(crate) struct Tf32x3Conv {
     sms: usize,
     /// The channel groups in flight the kernel takes for this size (alone).
     steps: usize,
+    form: Form,
 }
 
 impl Tf32x3Conv {
-    /// Lays out `weight` (f32, on a CUDA device with tensor cores) once; `None` for other
-    /// devices, dtypes or GPUs older than sm_80.
+    /// Lays out `weight` (f32, on a CUDA device with tensor cores) once, for the wgmma kernel
+    /// on Hopper and the mma.sync one on other GPUs; `None` for other devices, dtypes or GPUs
+    /// older than sm_80.
     pub fn new(
         weight: &Tensor,
         bias: &Tensor,
         padding: usize,
         dilation: usize,
+    ) -> candle_core::Result<Option<Self>> {
+        let Device::Cuda(dev) = weight.device() else {
+            return Ok(None);
+        };
+        let form = match chatterbox_cuda::compute_capability(dev)?.0 {
+            9 => Form::Wgmma,
+            _ => Form::Mma,
+        };
+        Self::with_form(weight, bias, padding, dilation, form)
+    }
+
+    /// [`Self::new`] for the kernel `form` (which the GPU must support).
+    fn with_form(
+        weight: &Tensor,
+        bias: &Tensor,
+        padding: usize,
+        dilation: usize,
+        form: Form,
     ) -> candle_core::Result<Option<Self>> {
         let Device::Cuda(dev) = weight.device() else {
             return Ok(None);
@@ -158,59 +243,23 @@ impl Tf32x3Conv {
         };
         // two groups in flight must fit the shared memory of a block
         let shared = chatterbox_cuda::shared_memory(dev)?;
-        let Some(steps) = pick_steps(k, dilation, shared) else {
+        let kern = kernels(form);
+        let Some(steps) = pick_steps(k, dilation, shared, kern.blocks_per_sm) else {
             return Ok(None);
         };
-        // the kernel may take the most shared memory a block may have (a launch sets what it
+        // the kernels may take the most shared memory a block may have (a launch sets what it
         // uses, for the widest convolution of its group)
-        let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX.get()?)?;
-        func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
-            .w()?;
-        let c_out_pad = c_out.next_multiple_of(BM);
-        let (chunks, m_tiles) = (c_in.div_ceil(BK), c_out_pad / 16);
-        let src = weight.flatten_all()?.to_vec1::<f32>()?;
-        // mma fragments: per (channel group, tap, 16 output channels), for each lane (with
-        // o = 16 m + lane / 4 and c = 8 cc + lane % 4, zeros past c_in and c_out) the TF32
-        // fragment of 2^11 hi (4 values), then for each lane the f16 fragment of the cross
-        // terms, whose depth 16 is (2^11 lo of channels c, c + 4; hi of c, c + 4) against the
-        // input's (hi of c, c + 4; 2^11 lo of c, c + 4). A warp's loads of either are 512
-        // contiguous bytes.
-        let mut w = vec![0f32; chunks * k * m_tiles * 32 * 8];
-        for cc in 0..chunks {
-            for j in 0..k {
-                for m in 0..m_tiles {
-                    for lane in 0..32 {
-                        let tile = ((cc * k + j) * m_tiles + m) * 256;
-                        let (at, at_f16) = (tile + lane * 4, tile + 128 + lane * 4);
-                        let (o0, c0) = (16 * m + lane / 4, BK * cc + lane % 4);
-                        let parts = |d_o: usize, d_c: usize| {
-                            let (o, c) = (o0 + d_o, c0 + d_c);
-                            if o < c_out && c < c_in {
-                                split(src[(o * c_in + c) * k + j])
-                            } else {
-                                (0.0, 0.0)
-                            }
-                        };
-                        // TF32 fragment: 2^11 hi at (o, c), (o + 8, c), (o, c + 4),
-                        // (o + 8, c + 4)
-                        for (i, (d_o, d_c)) in
-                            [(0, 0), (8, 0), (0, 4), (8, 4)].into_iter().enumerate()
-                        {
-                            w[at + i] = parts(d_o, d_c).0 * 2048.0;
-                        }
-                        // f16 fragment: pairs over (c, c + 4) of 2^11 lo at rows o, o + 8,
-                        // then of hi at rows o, o + 8
-                        for (i, d_o) in [0, 8].into_iter().enumerate() {
-                            let (a, b) = (parts(d_o, 0), parts(d_o, 4));
-                            w[at_f16 + i] = f16_pair(a.1 * 2048.0, b.1 * 2048.0);
-                            w[at_f16 + 2 + i] = f16_pair(a.0, b.0);
-                        }
-                    }
-                }
-            }
+        for name in kern.conv {
+            let func = dev.get_or_load_custom_func(name, kern.module, kern.ptx.get()?)?;
+            func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
+                .w()?;
         }
+        let c_out_pad = c_out.next_multiple_of(BM);
+        let src = weight.flatten_all()?.to_vec1::<f32>()?;
+        let w = weight_fragments::layout(form, &src, c_out, c_in, k);
+        let len = w.len();
         Ok(Some(Self {
-            w: Tensor::from_vec(w, chunks * k * m_tiles * 256, weight.device())?,
+            w: Tensor::from_vec(w, len, weight.device())?,
             bias: bias.flatten_all()?.contiguous()?,
             c_in,
             c_out,
@@ -220,6 +269,7 @@ impl Tf32x3Conv {
             dilation,
             sms,
             steps,
+            form,
         }))
     }
 
@@ -315,7 +365,7 @@ pub(crate) fn forward_group(items: &[GroupItem]) -> candle_core::Result<Vec<Tens
         let t_out = item.conv.check(item)?;
         let (b, _, t) = item.x.dims3()?;
         let act = launch::ActArgs::new(item.act, item.conv.c_in)?;
-        let xs = launch::split(item.x, act)?;
+        let xs = launch::split(item.x, act, item.conv.form)?;
         parts.push(launch::Part {
             conv: item.conv,
             xs,
@@ -353,19 +403,42 @@ mod tests {
         let h100 = (232_448, 233_472);
         // 11 taps at dilation 5: a 178-step window (11.1 KiB) and 44 KiB of weights per group
         assert_eq!(step_bytes(11, 5), (4 * 178 + 11 * 256) * 16);
-        assert_eq!(pick_steps(11, 5, h100), Some(2));
-        assert_eq!(pick_steps(3, 1, h100), Some(4));
-        assert_eq!(pick_steps(7, 1, h100), Some(3));
+        assert_eq!(pick_steps(11, 5, h100, 2), Some(2));
+        assert_eq!(pick_steps(3, 1, h100, 2), Some(4));
+        assert_eq!(pick_steps(7, 1, h100, 2), Some(3));
+        // three blocks (wgmma): 3 x 4 x 21 KiB do not fit, 3 x 3 do
+        assert_eq!(step_bytes(3, 1), (4 * 130 + 3 * 256) * 16);
+        assert_eq!(pick_steps(3, 1, h100, 3), Some(3));
+        assert_eq!(pick_steps(7, 3, h100, 3), Some(2));
         // one block per multiprocessor when two do not fit; none past a block's limit
         let small = (120_000, 150_000);
-        assert_eq!(pick_steps(11, 5, small), Some(2));
-        assert_eq!(pick_steps(11, 5, (48 * 1024, 100_000)), None);
+        assert_eq!(pick_steps(11, 5, small, 2), Some(2));
+        assert_eq!(pick_steps(11, 5, (48 * 1024, 100_000), 2), None);
+    }
+
+    /// The kernel forms `dev` runs: mma.sync, and wgmma on Hopper.
+    fn forms(dev: &Device) -> candle_core::Result<Vec<Form>> {
+        let Device::Cuda(cuda) = dev else {
+            candle_core::bail!("not a CUDA device")
+        };
+        Ok(match chatterbox_cuda::compute_capability(cuda)?.0 {
+            9 => vec![Form::Mma, Form::Wgmma],
+            _ => vec![Form::Mma],
+        })
     }
 
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn a_group_matches_each_convolution_alone() -> candle_core::Result<()> {
         let dev = Device::new_cuda(0)?;
+        for form in forms(&dev)? {
+            group_matches_alone(&dev, form)?;
+        }
+        Ok(())
+    }
+
+    fn group_matches_alone(dev: &Device, form: Form) -> candle_core::Result<()> {
+        let dev = dev.clone();
         // different channels, taps, dilations, lengths and batch sizes in one launch
         let cases = [
             (5, 7, 3, 1, 1, 1001, 2),
@@ -378,7 +451,7 @@ mod tests {
         for &(c_in, c_out, k, dil, pad, t, b) in &cases {
             let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
             let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
-            convs.push(Tf32x3Conv::new(&w, &bias, pad, dil)?.expect("cuda f32"));
+            convs.push(Tf32x3Conv::with_form(&w, &bias, pad, dil, form)?.expect("cuda f32"));
             inputs.push(Tensor::randn(0f32, 2.0, (b, c_in, t), &dev)?);
             let t_out = t + 2 * pad - dil * (k - 1);
             residuals.push(Tensor::randn(0f32, 1.0, (b, c_out, t_out), &dev)?);
@@ -416,6 +489,39 @@ mod tests {
     #[ignore = "needs a CUDA GPU"]
     fn matches_an_f64_convolution() -> candle_core::Result<()> {
         let dev = Device::new_cuda(0)?;
+        for form in forms(&dev)? {
+            matches_f64(&dev, form)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn both_forms_agree_exactly() -> candle_core::Result<()> {
+        let dev = Device::new_cuda(0)?;
+        if forms(&dev)?.len() < 2 {
+            return Ok(());
+        }
+        // the tensor cores sum each group in the same order in either form
+        for (c_in, c_out, k, pad, dil, t) in [(13, 70, 7, 9, 3, 2001), (256, 256, 11, 25, 5, 900)] {
+            let x = Tensor::randn(0f32, 2.0, (2, c_in, t), &dev)?;
+            let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
+            let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
+            let y = |form| -> candle_core::Result<Tensor> {
+                let conv = Tf32x3Conv::with_form(&w, &bias, pad, dil, form)?.expect("cuda f32");
+                conv.forward(&x, PreAct::LeakyRelu(0.1), Epilogue::default())
+            };
+            let diff = (y(Form::Mma)? - y(Form::Wgmma)?)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0, "{c_in} x {k}");
+        }
+        Ok(())
+    }
+
+    fn matches_f64(dev: &Device, form: Form) -> candle_core::Result<()> {
+        let dev = dev.clone();
         for (c_in, c_out, k, pad, dil, t) in [
             (5, 7, 3, 3, 3, 1001),
             (64, 64, 11, 25, 5, 3000),
@@ -424,7 +530,7 @@ mod tests {
             let x = (Tensor::randn(0f32, 2.0, (2, c_in, t), &dev)? * 3.0)?;
             let w = Tensor::randn(0f32, 0.3, (c_out, c_in, k), &dev)?;
             let bias = Tensor::randn(0f32, 1.0, c_out, &dev)?;
-            let conv = Tf32x3Conv::new(&w, &bias, pad, dil)?.expect("cuda f32");
+            let conv = Tf32x3Conv::with_form(&w, &bias, pad, dil, form)?.expect("cuda f32");
             let cpu64 = |t: &Tensor| t.to_dtype(DType::F64)?.to_device(&Device::Cpu);
             let w64 = cpu64(&w)?;
             let bias3 = bias.reshape((1, c_out, 1))?;
@@ -442,7 +548,7 @@ mod tests {
                 Ok(err / scale)
             };
             let err = rel_err(PreAct::Identity, &x)?;
-            eprintln!("{c_in}x{k}: max error {err:e} of the scale");
+            eprintln!("{form:?} {c_in}x{k}: max error {err:e} of the scale");
             // strict f32 is ~1e-7 of the scale here; plain TF32 ~1e-3
             assert!(err <= 1e-6, "{c_in}x{k}: {err} of the scale");
 

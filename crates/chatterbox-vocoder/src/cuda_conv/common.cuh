@@ -1,0 +1,70 @@
+// What both forms of chatterbox-vocoder's split-precision convolution share (see `mod.rs`):
+// the tile sizes, the split of a value, cp.async and the launch's parameter. NVRTC compiles it
+// in front of `kernel.cu` (mma.sync, sm_80 and newer) or `kernel_sm90.cu` (wgmma, sm_90a).
+#define BM 64
+#define BN 128
+#define BK 8
+
+// hi: v rounded to TF32 (to nearest); lo: the f32 remainder. Non-finite values (or values that
+// would round past the largest float) stay whole in hi.
+__device__ __forceinline__ void split_tf32(float v, float& hi, float& lo) {
+    unsigned int bits = __float_as_uint(v);
+    unsigned int h = (bits + 0x1000u) & 0xffffe000u;
+    if ((bits & 0x7f800000u) == 0x7f800000u || (h & 0x7f800000u) == 0x7f800000u) h = bits;
+    hi = __uint_as_float(h);
+    lo = __fsub_rn(v, hi);
+}
+
+// Two values as an f16 pair (the first in the low half), rounded to nearest and saturated at
+// the largest finite f16, in a float's bits.
+__device__ __forceinline__ float f16_pair(float a, float b) {
+    a = fminf(fmaxf(a, -65504.0f), 65504.0f);
+    b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+    unsigned short ha, hb;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
+    return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
+}
+
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16 bytes from global to shared, zero-filled when `valid` is false.
+__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, bool valid) {
+    int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One convolution of a group launched together (its operands as above), and its blocks:
+// t_blocks x o_blocks x batch, numbered from `first`.
+struct ConvProblem {
+    const float4* xs;
+    const float4* wf;
+    const float* bias;
+    const float* res;
+    float* y;
+    int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res;
+    int xs_stride, t_blocks, o_blocks, first;
+    // channel groups in flight (2, 3 or 4): the most its own shared memory allows
+    int steps;
+};
+
+// Up to MAX_GROUP independent convolutions in one launch, so that the blocks of one fill the
+// last wave of another (`count` problems, blocks numbered consecutively across them).
+#define MAX_GROUP 3
+struct ConvGroup {
+    ConvProblem p[MAX_GROUP];
+    int count;
+};
+
