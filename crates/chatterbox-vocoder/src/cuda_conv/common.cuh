@@ -26,6 +26,20 @@ __device__ __forceinline__ float f16_pair(float a, float b) {
     return __uint_as_float((unsigned int)ha | ((unsigned int)hb << 16));
 }
 
+// The activation in front of a convolution: act 0 none, 1 Snake (alpha, inv_alpha of the
+// channel), 2 leaky ReLU (slope). Snake with the rounding of the separate kernels (no
+// contraction).
+__device__ __forceinline__ float hift_act(float u, int act, const float* __restrict__ alpha,
+                                          const float* __restrict__ inv_alpha, int c,
+                                          float slope) {
+    if (act == 1) {
+        float sn = sinf(__fmul_rn(u, alpha[c]));
+        return __fadd_rn(u, __fmul_rn(__fmul_rn(sn, sn), inv_alpha[c]));
+    }
+    if (act == 2) return u > 0.0f ? u : __fmul_rn(u, slope);
+    return u;
+}
+
 __device__ __forceinline__ unsigned int smem_addr(const void* p) {
     unsigned long long a;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
@@ -46,8 +60,10 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// One convolution of a group launched together (its operands as above), and its blocks:
-// t_blocks x o_blocks x batch, numbered from `first`.
+// One convolution of a group launched together, and its blocks: t_blocks x o_blocks x batch,
+// numbered from `first`. xs: the split input (the split kernel's layout); wf: the weights
+// (`weight_fragments.rs`); res: the residual when has_res; y: the output; m_tiles: output
+// channels / 16, padded to 64.
 struct ConvProblem {
     const float4* xs;
     const float4* wf;
@@ -56,7 +72,8 @@ struct ConvProblem {
     float* y;
     int chunks, c_out, m_tiles, k, t_in, t_out, dil, pad, has_res;
     int xs_stride, t_blocks, o_blocks, first;
-    // channel groups in flight (2, 3 or 4): the most its own shared memory allows
+    // channel groups in flight (2, 3 or 4): the most its own shared memory allows (the
+    // mma.sync kernel; the wgmma kernels take theirs from the launch)
     int steps;
 };
 

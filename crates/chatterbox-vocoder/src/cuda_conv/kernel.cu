@@ -6,7 +6,7 @@
 // The activated input, split and laid out for the convolution: for batch b, group cc of BK
 // channels, q < 4 and step t, the float4 (hi of channel 8 cc + q, hi of 8 cc + q + 4, then as
 // f16 pairs (hi, hi), (2^11 lo, 2^11 lo) of the same two), zeros past c_in.
-// act: 0 none, 1 Snake (alpha, inv_alpha), 2 leaky ReLU (slope).
+// act: as `hift_act`'s.
 // Grid: (ceil(t / 256), chunks * 4, batch) blocks of 256 threads.
 extern "C" __global__ void hift_act_split(const float* __restrict__ x,
                                           const float* __restrict__ alpha,
@@ -22,16 +22,9 @@ extern "C" __global__ void hift_act_split(const float* __restrict__ x,
     for (int h = 0; h < 2; ++h) {
         const int c = cc * BK + r + 4 * h;
         float u = 0.0f;
-        if (c < c_in) {
-            u = x[((unsigned long long)b * c_in + c) * t + tt];
-            if (act == 1) {
-                // Snake, with the rounding of the separate kernels (no contraction)
-                float sn = sinf(__fmul_rn(u, alpha[c]));
-                u = __fadd_rn(u, __fmul_rn(__fmul_rn(sn, sn), inv_alpha[c]));
-            } else if (act == 2) {
-                u = u > 0.0f ? u : __fmul_rn(u, slope);
-            }
-        }
+        if (c < c_in)
+            u = hift_act(x[((unsigned long long)b * c_in + c) * t + tt], act, alpha, inv_alpha, c,
+                         slope);
         v[h] = u;
     }
     float4 e;

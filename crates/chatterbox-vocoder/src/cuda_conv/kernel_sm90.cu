@@ -8,41 +8,35 @@
 // The activated input, split and laid out as wgmma's K-major operands: for batch b, group cc
 // of BK channels and step t, 4 planes of float4 (index (b chunks + cc) 4 + plane): 0 and 1
 // the TF32 hi of channels 8 cc + 0..3 and 4..7, 2 the f16 hi of channels 8 cc + 0..7, 3 the
-// f16 2^11 lo of the same (zeros past c_in). act: as `hift_act_split`'s.
-// Grid: (ceil(t / 256), chunks, batch) blocks of 256 threads.
+// f16 2^11 lo of the same (zeros past c_in). act: as `hift_act`'s. Two neighbouring threads
+// share a step: thread h of the pair takes channels 4 h..4 h + 3 (plane h, and half of planes
+// 2 and 3), so that a warp's stores are 256 contiguous bytes per plane.
+// Grid: (ceil(2 t / 256), chunks, batch) blocks of 256 threads.
 extern "C" __global__ void hift_act_split_wg(const float* __restrict__ x,
                                              const float* __restrict__ alpha,
                                              const float* __restrict__ inv_alpha,
                                              float4* __restrict__ xs, int c_in, int t, int act,
                                              float slope) {
-    const int tt = blockIdx.x * blockDim.x + threadIdx.x;
+    const int i2 = blockIdx.x * blockDim.x + threadIdx.x;
+    const int tt = i2 >> 1, h = i2 & 1;
     const int cc = blockIdx.y, b = blockIdx.z;
     if (tt >= t) return;
-    float hi[BK], lo[BK];
+    float hi[4], lo[4];
     #pragma unroll
-    for (int i = 0; i < BK; ++i) {
-        const int c = cc * BK + i;
+    for (int i = 0; i < 4; ++i) {
+        const int c = cc * BK + 4 * h + i;
         float u = 0.0f;
-        if (c < c_in) {
-            u = x[((unsigned long long)b * c_in + c) * t + tt];
-            if (act == 1) {
-                // Snake, with the rounding of the separate kernels (no contraction)
-                float sn = sinf(__fmul_rn(u, alpha[c]));
-                u = __fadd_rn(u, __fmul_rn(__fmul_rn(sn, sn), inv_alpha[c]));
-            } else if (act == 2) {
-                u = u > 0.0f ? u : __fmul_rn(u, slope);
-            }
-        }
+        if (c < c_in)
+            u = hift_act(x[((unsigned long long)b * c_in + c) * t + tt], act, alpha, inv_alpha, c,
+                         slope);
         split_tf32(u, hi[i], lo[i]);
     }
     float4* out = xs + ((unsigned long long)b * gridDim.y + cc) * 4 * t + tt;
-    out[0] = make_float4(hi[0], hi[1], hi[2], hi[3]);
-    out[t] = make_float4(hi[4], hi[5], hi[6], hi[7]);
-    out[2ull * t] = make_float4(f16_pair(hi[0], hi[1]), f16_pair(hi[2], hi[3]),
-                                f16_pair(hi[4], hi[5]), f16_pair(hi[6], hi[7]));
-    out[3ull * t] = make_float4(
-        f16_pair(lo[0] * 2048.0f, lo[1] * 2048.0f), f16_pair(lo[2] * 2048.0f, lo[3] * 2048.0f),
-        f16_pair(lo[4] * 2048.0f, lo[5] * 2048.0f), f16_pair(lo[6] * 2048.0f, lo[7] * 2048.0f));
+    out[(unsigned long long)h * t] = make_float4(hi[0], hi[1], hi[2], hi[3]);
+    float2* f16s = reinterpret_cast<float2*>(out + 2ull * t) + h;
+    f16s[0] = make_float2(f16_pair(hi[0], hi[1]), f16_pair(hi[2], hi[3]));
+    f16s[2ull * t] = make_float2(f16_pair(lo[0] * 2048.0f, lo[1] * 2048.0f),
+                                 f16_pair(lo[2] * 2048.0f, lo[3] * 2048.0f));
 }
 
 // A shared-memory matrix descriptor without swizzling: core matrices of 8 rows of 16 bytes,

@@ -113,7 +113,7 @@ impl CustomOp1 for SplitOp<'_> {
         builder.arg(&self.0.slope);
         let cfg = LaunchConfig {
             grid_dim: (
-                t.div_ceil(SPLIT_THREADS) as u32,
+                (t * kern.split_per_step).div_ceil(SPLIT_THREADS) as u32,
                 (chunks * kern.split_rows) as u32,
                 b as u32,
             ),

@@ -64,8 +64,10 @@ struct Kernels {
     module: &'static str,
     ptx: &'static Ptx,
     split: &'static str,
-    /// Rows of the split kernel's grid per group of 8 input channels.
+    /// Rows of the split kernel's grid per group of 8 input channels, and its threads per
+    /// time step.
     split_rows: usize,
+    split_per_step: usize,
     /// Threads per block of the convolution.
     threads: usize,
     /// The convolution kernel for 2, 3 and 4 channel groups in flight.
@@ -79,6 +81,7 @@ const MMA: Kernels = Kernels {
     ptx: &PTX_MMA,
     split: "hift_act_split",
     split_rows: 4,
+    split_per_step: 1,
     threads: 256,
     // one kernel: each problem of a launch keeps its own groups in flight
     conv: ["hift_conv_group"; 3],
@@ -90,6 +93,7 @@ const WGMMA: Kernels = Kernels {
     ptx: &PTX_WGMMA,
     split: "hift_act_split_wg",
     split_rows: 1,
+    split_per_step: 2,
     threads: 128,
     // one kernel per count: a launch's problems keep the fewest of theirs
     conv: ["hift_conv_wg2", "hift_conv_wg3", "hift_conv_wg4"],
