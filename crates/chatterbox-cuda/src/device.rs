@@ -64,6 +64,21 @@ pub fn shared_memory(dev: &CudaDevice) -> candle_core::Result<(usize, usize)> {
     Ok((f.shared_per_block, f.shared_per_multiprocessor))
 }
 
+/// The driver's default memory pool of `dev`, which candle's allocations come from.
+pub(crate) fn default_pool(
+    dev: &CudaDevice,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::sys::CUmemoryPool> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let ctx = dev.cuda_stream().context().clone();
+    ctx.bind_to_thread().w()?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` receives the device's default pool, which lives as long as the device.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+        .result()
+        .w()?;
+    Ok(pool)
+}
+
 /// Keeps device memory that is freed on `dev` in the driver's default pool, for the next
 /// allocations, instead of handing it back to the system at every synchronization (the pool's
 /// release threshold, 0 by default, becomes unlimited). Candle allocates every tensor from
@@ -72,23 +87,16 @@ pub fn shared_memory(dev: &CudaDevice) -> candle_core::Result<(usize, usize)> {
 /// The setting is the device's, for the whole process.
 pub fn retain_freed_memory(dev: &CudaDevice) -> candle_core::Result<()> {
     use candle_core::cuda_backend::cudarc::driver::sys;
-    let ctx = dev.cuda_stream().context().clone();
-    ctx.bind_to_thread().w()?;
-    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let pool = default_pool(dev)?;
     let mut threshold = u64::MAX;
-    // SAFETY: `pool` receives the device's default pool (which lives as long as the device);
-    // the attribute's value is a u64, as the driver reads it.
+    // SAFETY: the attribute's value is a u64, as the driver reads it.
     unsafe {
-        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
-            .result()
-            .w()?;
         sys::cuMemPoolSetAttribute(
             pool,
             sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
             (&mut threshold as *mut u64).cast(),
         )
-        .result()
-        .w()?;
     }
-    Ok(())
+    .result()
+    .w()
 }

@@ -56,22 +56,17 @@ mod tests {
             candle_core::bail!("not a CUDA device")
         };
         let threshold = || -> candle_core::Result<u64> {
-            let ctx = dev.cuda_stream().context().clone();
-            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
             let mut value = 0u64;
-            // SAFETY: as in `retain_freed_memory`, reading the attribute instead
+            // SAFETY: the attribute's value is a u64, as the driver writes it.
             unsafe {
-                sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
-                    .result()
-                    .w()?;
                 sys::cuMemPoolGetAttribute(
-                    pool,
+                    device::default_pool(&dev)?,
                     sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&mut value as *mut u64).cast(),
                 )
-                .result()
-                .w()?;
             }
+            .result()
+            .w()?;
             Ok(value)
         };
         retain_freed_memory(&dev)?;

@@ -60,6 +60,33 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// The epilogue's access to steps t and t + 1 of an output row (index idx in yb, and in the
+// residual rb when has_res): one 8-byte access where every operand allows it.
+__device__ __forceinline__ bool pair_aligned(const float* yb, const float* rb, int has_res,
+                                             unsigned long long idx, int t, int t_out) {
+    unsigned long long addr = (unsigned long long)(yb + idx);
+    if (has_res) addr |= (unsigned long long)(rb + idx);
+    return t + 1 < t_out && (addr & 7) == 0;
+}
+
+// The residual at steps t and t + 1 (zeros past the output).
+__device__ __forceinline__ float2 load_pair(const float* rb, unsigned long long idx, int t,
+                                            int t_out, bool aligned) {
+    if (aligned) return *reinterpret_cast<const float2*>(rb + idx);
+    return make_float2(t < t_out ? rb[idx] : 0.0f, t + 1 < t_out ? rb[idx + 1] : 0.0f);
+}
+
+// Stores steps t and t + 1 (those inside the output).
+__device__ __forceinline__ void store_pair(float* yb, unsigned long long idx, int t, int t_out,
+                                           bool aligned, float v0, float v1) {
+    if (aligned) {
+        *reinterpret_cast<float2*>(yb + idx) = make_float2(v0, v1);
+    } else {
+        if (t < t_out) yb[idx] = v0;
+        if (t + 1 < t_out) yb[idx + 1] = v1;
+    }
+}
+
 // One convolution of a group launched together, and its blocks: t_blocks x o_blocks x batch,
 // numbered from `first`. xs: the split input (the split kernel's layout); wf: the weights
 // (`weight_fragments.rs`); res: the residual when has_res; y: the output; m_tiles: output

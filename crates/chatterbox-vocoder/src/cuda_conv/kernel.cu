@@ -178,8 +178,28 @@ __device__ __noinline__ void conv_body(
                 for (int r = 0; r < 4; ++r)
                     acc[i][j][r] = __fmaf_rn(part[i][j][r], 4.8828125e-4f, acc[i][j][r]);
     }
+    // (conv + bias) + residual, every residual load of the thread in flight before its first
+    // store
     float* yb = y + (unsigned long long)b * c_out * t_out;
     const float* rb = res + (unsigned long long)b * c_out * t_out;
+    float rv[2][4][4];
+    if (has_res) {
+        #pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                #pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int o = o0 + wm + mi * 16 + g + hh * 8;
+                    const int t = t0 + wn + ni * 8 + 2 * q;
+                    const unsigned long long idx = (unsigned long long)o * t_out + t;
+                    float2 r = make_float2(0.0f, 0.0f);
+                    if (o < c_out)
+                        r = load_pair(rb, idx, t, t_out, pair_aligned(yb, rb, 1, idx, t, t_out));
+                    rv[mi][ni][hh * 2] = r.x;
+                    rv[mi][ni][hh * 2 + 1] = r.y;
+                }
+    }
     #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
         #pragma unroll
@@ -192,25 +212,11 @@ __device__ __noinline__ void conv_body(
                 const unsigned long long idx = (unsigned long long)o * t_out + t;
                 const float bo = bias[o];
                 float v0 = acc[mi][ni][hh * 2] + bo, v1 = acc[mi][ni][hh * 2 + 1] + bo;
-                // steps t and t + 1 as one 8-byte access where every operand allows it
-                unsigned long long addr = (unsigned long long)(yb + idx);
-                if (has_res) addr |= (unsigned long long)(rb + idx);
-                if (t + 1 < t_out && (addr & 7) == 0) {
-                    if (has_res) {
-                        const float2 r = *reinterpret_cast<const float2*>(rb + idx);
-                        v0 = v0 + r.x;
-                        v1 = v1 + r.y;
-                    }
-                    *reinterpret_cast<float2*>(yb + idx) = make_float2(v0, v1);
-                } else {
-                    #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        if (t + e >= t_out) break;
-                        float v = e == 0 ? v0 : v1;
-                        if (has_res) v = v + rb[idx + e];
-                        yb[idx + e] = v;
-                    }
+                if (has_res) {
+                    v0 = v0 + rv[mi][ni][hh * 2];
+                    v1 = v1 + rv[mi][ni][hh * 2 + 1];
                 }
+                store_pair(yb, idx, t, t_out, pair_aligned(yb, rb, has_res, idx, t, t_out), v0, v1);
             }
 }
 

@@ -48,66 +48,51 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned int addr, unsigne
            ((unsigned long long)((sbo & 0x3ffff) >> 4) << 32);
 }
 
+// The 64 accumulator operands of a thread in an m64n128 wgmma with f32 results (%0..%63), and
+// the asm text of one such wgmma: `shape_types`, then `d, a-desc (%64), b-desc (%65),
+// scale-d (%66 != 0), imm-scale-a, imm-scale-b` and `tail`.
+#define WG_ACC64 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), \
+    "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), \
+    "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WG_MMA(shape_types, tail)                                                              \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
+    "wgmma.mma_async.sync.aligned." shape_types " {"                                             \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                   \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                         \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                         \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"                          \
+    "}, %64, %65, p, 1, 1" tail ";\n}\n"
+
 // d (+)= a b for 64 x 8 TF32 a and 8 x 128 b, both K-major in shared memory (scale_d 0: d = a b).
 __device__ __forceinline__ void wgmma_tf32(float* d, unsigned long long a, unsigned long long b,
-                                       int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-        "}, %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(scale_d)
-        : "memory");
+                                           int scale_d) {
+    asm volatile(WG_MMA("m64n128k8.f32.tf32.tf32", "")
+                 : WG_ACC64
+                 : "l"(a), "l"(b), "r"(scale_d)
+                 : "memory");
 }
 
-// The same for 64 x 16 f16 a and 16 x 128 b.
+// The same for 64 x 16 f16 a and 16 x 128 b (neither transposed).
 __device__ __forceinline__ void wgmma_f16(float* d, unsigned long long a, unsigned long long b,
-                                       int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-          "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-          "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(scale_d)
-        : "memory");
+                                          int scale_d) {
+    asm volatile(WG_MMA("m64n128k16.f32.f16.f16", ", 0, 0")
+                 : WG_ACC64
+                 : "l"(a), "l"(b), "r"(scale_d)
+                 : "memory");
 }
 
 // Orders the registers of `d` against the asynchronous wgmma (the compiler sees them as
@@ -187,18 +172,12 @@ __device__ __forceinline__ void conv_body_wg(
         #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = __fmaf_rn(part[i], 4.8828125e-4f, acc[i]);
     }
-    // The epilogue: the bias of the thread's two rows, and every residual load in flight
-    // (into `part`, free now) before the first store.
+    // The epilogue: (conv + bias) + residual, every residual load of the thread in flight
+    // (into `part`, free now) before its first store.
     float* yb = y + (unsigned long long)b * c_out * t_out;
     const float* rb = res + (unsigned long long)b * c_out * t_out;
     const int row = o0 + warp * 16 + g;
     const float brow[2] = {row < c_out ? bias[row] : 0.0f, row + 8 < c_out ? bias[row + 8] : 0.0f};
-    // steps t and t + 1 as one 8-byte access where every operand allows it
-    auto pair = [&](int o, int t, unsigned long long idx) {
-        unsigned long long addr = (unsigned long long)(yb + idx);
-        if (has_res) addr |= (unsigned long long)(rb + idx);
-        return o < c_out && t + 1 < t_out && (addr & 7) == 0;
-    };
     if (has_res) {
         #pragma unroll
         for (int ni = 0; ni < 16; ++ni)
@@ -207,12 +186,8 @@ __device__ __forceinline__ void conv_body_wg(
                 const int o = row + hh * 8, t = t0 + ni * 8 + 2 * q;
                 const unsigned long long idx = (unsigned long long)o * t_out + t;
                 float2 r = make_float2(0.0f, 0.0f);
-                if (pair(o, t, idx)) {
-                    r = *reinterpret_cast<const float2*>(rb + idx);
-                } else if (o < c_out) {
-                    if (t < t_out) r.x = rb[idx];
-                    if (t + 1 < t_out) r.y = rb[idx + 1];
-                }
+                if (o < c_out)
+                    r = load_pair(rb, idx, t, t_out, pair_aligned(yb, rb, 1, idx, t, t_out));
                 part[ni * 4 + hh * 2] = r.x;
                 part[ni * 4 + hh * 2 + 1] = r.y;
             }
@@ -229,12 +204,7 @@ __device__ __forceinline__ void conv_body_wg(
                 v0 = v0 + part[ni * 4 + hh * 2];
                 v1 = v1 + part[ni * 4 + hh * 2 + 1];
             }
-            if (pair(o, t, idx)) {
-                *reinterpret_cast<float2*>(yb + idx) = make_float2(v0, v1);
-            } else {
-                yb[idx] = v0;
-                if (t + 1 < t_out) yb[idx + 1] = v1;
-            }
+            store_pair(yb, idx, t, t_out, pair_aligned(yb, rb, has_res, idx, t, t_out), v0, v1);
         }
 }
 
