@@ -209,8 +209,8 @@ pub(crate) struct Tf32x3Conv {
 
 impl Tf32x3Conv {
     /// Lays out `weight` (f32, on a CUDA device with tensor cores) once, for the wgmma kernel
-    /// on Hopper and the mma.sync one on other GPUs; `None` for other devices, dtypes or GPUs
-    /// older than sm_80.
+    /// on Hopper (the mma.sync one where that kernel cannot be compiled or loaded) and the
+    /// mma.sync one on other GPUs; `None` for other devices, dtypes or GPUs older than sm_80.
     pub fn new(
         weight: &Tensor,
         bias: &Tensor,
@@ -220,9 +220,10 @@ impl Tf32x3Conv {
         let Device::Cuda(dev) = weight.device() else {
             return Ok(None);
         };
-        let form = match chatterbox_cuda::compute_capability(dev)?.0 {
-            9 => Form::Wgmma,
-            _ => Form::Mma,
+        let form = if chatterbox_cuda::compute_capability(dev)?.0 == 9 && wgmma_loads(dev) {
+            Form::Wgmma
+        } else {
+            Form::Mma
         };
         Self::with_form(weight, bias, padding, dilation, form)
     }
@@ -380,6 +381,23 @@ pub(crate) fn forward_group(items: &[GroupItem]) -> candle_core::Result<Vec<Tens
         });
     }
     launch::conv_group(&parts)
+}
+
+/// Whether the wgmma kernels compile (NVRTC, for sm_90a) and load (the driver) on `dev`; an
+/// older toolkit or driver falls back to the mma.sync kernel, with one warning.
+fn wgmma_loads(dev: &CudaDevice) -> bool {
+    let load = || -> candle_core::Result<()> {
+        for name in WGMMA.conv {
+            dev.get_or_load_custom_func(name, WGMMA.module, WGMMA.ptx.get()?)?;
+        }
+        Ok(())
+    };
+    load()
+        .inspect_err(|e| {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| tracing::warn!("HiFT: no wgmma convolution ({e}); using mma.sync"));
+        })
+        .is_ok()
 }
 
 /// The multiprocessor count of `dev` if it has TF32 tensor cores (compute capability 8.0 or
