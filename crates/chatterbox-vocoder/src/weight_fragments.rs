@@ -3,9 +3,9 @@
 //! operands of either kernel form. Plain Rust, so that the tests run without a GPU.
 use crate::split_precision::{f16_pair, split};
 
-/// Output channels per block and input channels per group (`BM`, `BK` of the kernels).
-const BM: usize = 64;
-const BK: usize = 8;
+/// Output channels per block and input channels per group (`BM`, `BK` of `common.cuh`).
+pub(crate) const BM: usize = 64;
+pub(crate) const BK: usize = 8;
 
 /// The kernel a convolution runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -60,6 +60,16 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// The activated input at batch b, channel c, step tt of `x` (B, c_in, t); zero past c_in.
+__device__ __forceinline__ float act_input(const float* __restrict__ x, int b, int c_in, int c,
+                                           int t, int tt, int act,
+                                           const float* __restrict__ alpha,
+                                           const float* __restrict__ inv_alpha, float slope) {
+    if (c >= c_in) return 0.0f;
+    return hift_act(x[((unsigned long long)b * c_in + c) * t + tt], act, alpha, inv_alpha, c,
+                    slope);
+}
+
 // The epilogue's access to steps t and t + 1 of an output row (index idx in yb, and in the
 // residual rb when has_res): one 8-byte access where every operand allows it.
 __device__ __forceinline__ bool pair_aligned(const float* yb, const float* rb, int has_res,
@@ -112,3 +122,18 @@ struct ConvGroup {
     int count;
 };
 
+// Which problem of the group this block computes (blocks are numbered consecutively across
+// them), and the block's batch, first output channel and first step in it.
+__device__ __forceinline__ int block_problem(const ConvGroup& grp) {
+    int i = 0;
+    while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;
+    return i;
+}
+
+__device__ __forceinline__ void block_place(const ConvProblem& p, int& b, int& o0, int& t0) {
+    const int local = blockIdx.x - p.first;
+    const int rest = local / p.t_blocks;
+    t0 = (local % p.t_blocks) * BN;
+    o0 = (rest % p.o_blocks) * BM;
+    b = rest / p.o_blocks;
+}

@@ -19,14 +19,8 @@ extern "C" __global__ void hift_act_split(const float* __restrict__ x,
     const int cc = row >> 2, r = row & 3;
     float v[2];
     #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int c = cc * BK + r + 4 * h;
-        float u = 0.0f;
-        if (c < c_in)
-            u = hift_act(x[((unsigned long long)b * c_in + c) * t + tt], act, alpha, inv_alpha, c,
-                         slope);
-        v[h] = u;
-    }
+    for (int h = 0; h < 2; ++h)
+        v[h] = act_input(x, b, c_in, cc * BK + r + 4 * h, t, tt, act, alpha, inv_alpha, slope);
     float4 e;
     float lo0, lo1;
     split_tf32(v[0], e.x, lo0);
@@ -223,15 +217,12 @@ __device__ __noinline__ void conv_body(
 // The convolutions of a group, each with its own groups in flight (the launch's shared memory
 // is the largest of theirs).
 extern "C" __global__ void __launch_bounds__(THREADS, 2) hift_conv_group(const ConvGroup grp) {
-    int i = 0;
-    while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;
-    const ConvProblem& p = grp.p[i];
-    const int local = blockIdx.x - p.first;
-    const int tb = local % p.t_blocks, rest = local / p.t_blocks;
-    const int ob = rest % p.o_blocks, b = rest / p.o_blocks;
+    const ConvProblem& p = grp.p[block_problem(grp)];
+    int b, o0, t0;
+    block_place(p, b, o0, t0);
 #define CONV_ARGS                                                                              \
     p.xs, p.wf, p.bias, p.res, p.y, p.chunks, p.c_out, p.m_tiles, p.k, p.t_in, p.t_out,       \
-        p.dil, p.pad, p.has_res, p.xs_stride, b, ob * BM, tb * BN
+        p.dil, p.pad, p.has_res, p.xs_stride, b, o0, t0
     if (p.steps >= 4)
         conv_body<4>(CONV_ARGS);
     else if (p.steps == 3)

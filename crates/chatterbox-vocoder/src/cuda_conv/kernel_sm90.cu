@@ -23,14 +23,9 @@ extern "C" __global__ void hift_act_split_wg(const float* __restrict__ x,
     if (tt >= t) return;
     float hi[4], lo[4];
     #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = cc * BK + 4 * h + i;
-        float u = 0.0f;
-        if (c < c_in)
-            u = hift_act(x[((unsigned long long)b * c_in + c) * t + tt], act, alpha, inv_alpha, c,
-                         slope);
-        split_tf32(u, hi[i], lo[i]);
-    }
+    for (int i = 0; i < 4; ++i)
+        split_tf32(act_input(x, b, c_in, cc * BK + 4 * h + i, t, tt, act, alpha, inv_alpha, slope),
+                   hi[i], lo[i]);
     float4* out = xs + ((unsigned long long)b * gridDim.y + cc) * 4 * t + tt;
     out[(unsigned long long)h * t] = make_float4(hi[0], hi[1], hi[2], hi[3]);
     float2* f16s = reinterpret_cast<float2*>(out + 2ull * t) + h;
@@ -212,14 +207,11 @@ __device__ __forceinline__ void conv_body_wg(
 // NS times the largest step of theirs).
 template <int NS>
 __device__ __forceinline__ void conv_group_wg(const ConvGroup& grp) {
-    int i = 0;
-    while (i + 1 < grp.count && (int)blockIdx.x >= grp.p[i + 1].first) ++i;
-    const ConvProblem& p = grp.p[i];
-    const int local = blockIdx.x - p.first;
-    const int tb = local % p.t_blocks, rest = local / p.t_blocks;
-    const int ob = rest % p.o_blocks, b = rest / p.o_blocks;
+    const ConvProblem& p = grp.p[block_problem(grp)];
+    int b, o0, t0;
+    block_place(p, b, o0, t0);
     conv_body_wg<NS>(p.xs, p.wf, p.bias, p.res, p.y, p.chunks, p.c_out, p.m_tiles / 4, p.k,
-                     p.t_in, p.t_out, p.dil, p.pad, p.has_res, p.xs_stride, b, ob * BM, tb * BN);
+                     p.t_in, p.t_out, p.dil, p.pad, p.has_res, p.xs_stride, b, o0, t0);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 3) hift_conv_wg2(const ConvGroup grp) {

@@ -44,17 +44,16 @@
 //! the same binary), the inference from 12.6 to 10.6 ms.
 mod launch;
 
-use crate::weight_fragments::{self, Form};
+use crate::weight_fragments::{self, Form, BK, BM};
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SHARED_SIZE_BYTES;
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{DType, Device, Tensor};
 use chatterbox_cuda::Ptx;
 use std::sync::OnceLock;
 
-/// Output channels, time steps and input channels per group (must match `common.cuh`).
-const BM: usize = 64;
+/// Time steps per block (must match `common.cuh`; the channel tiles `BM`, `BK` are
+/// `weight_fragments`').
 const BN: usize = 128;
-const BK: usize = 8;
 /// Threads per block of the split kernels.
 const SPLIT_THREADS: usize = 256;
 
