@@ -1,5 +1,5 @@
 //! `cargo xtask`: the project's tasks (parity against the Python reference, benchmarks, random
-//! checkpoints).
+//! checkpoints, cross-target checks).
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 mod bench;
 mod checkpoint;
 mod parity;
+mod targets;
 mod venv;
 
 #[derive(Parser)]
@@ -27,6 +28,9 @@ enum Command {
     /// Write a complete checkpoint directory in the hub layout with random weights (from the
     /// reference's classes via `parity/checkpoints.py`, building `parity/.venv` if needed).
     RandomCheckpoint(checkpoint::RandomCheckpointArgs),
+    /// Compile the workspace for the ARM targets (aarch64-apple-darwin with Metal,
+    /// aarch64-unknown-linux-gnu), installing their standard library with rustup if needed.
+    CheckTargets(targets::CheckTargetsArgs),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -43,6 +47,7 @@ fn main() -> Result<()> {
         Command::Parity(args) => parity::run(args)?,
         Command::Bench(args) => bench::run(args)?,
         Command::RandomCheckpoint(args) => checkpoint::run(args)?,
+        Command::CheckTargets(args) => targets::run_checks(args)?,
     };
     std::process::exit(code);
 }

@@ -159,12 +159,12 @@ macro_rules! dispatch {
                 unsafe fn avx2($($arg: $ty),*) {
                     $generic::<true>($($arg),*)
                 }
-                if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                if chatterbox_cpu::avx512f() {
                     // SAFETY: the CPU supports the features `avx512` is compiled for.
                     unsafe { avx512($($arg),*) };
                     return;
                 }
-                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                if chatterbox_cpu::avx2_fma() {
                     // SAFETY: the CPU supports the features `avx2` is compiled for.
                     unsafe { avx2($($arg),*) };
                     return;

@@ -93,7 +93,7 @@ fn bias_gelu_par(x: &mut [f32], bias: &[f32]) {
 fn bias_gelu_rows(x: &mut [f32], bias: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if chatterbox_cpu::avx2_fma() {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { bias_gelu_rows_avx2(x, bias) };
             return;

@@ -215,12 +215,12 @@ pub(crate) fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
     #[allow(unused_mut)]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx512f() {
+    if chatterbox_cpu::avx512f() {
         // SAFETY: AVX-512F is available and the lengths were checked above.
         done = unsafe { avx512::lstm_cell(gates, c, h) };
     }
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2_fma() {
+    if chatterbox_cpu::avx2_fma() {
         // SAFETY: AVX2 and FMA are available and the lengths were checked above (this takes
         // the units the 16-lane pass left).
         done = unsafe { avx2::lstm_cell(gates, c, h, done) };
@@ -238,7 +238,7 @@ pub(crate) fn sigmoid_inplace(x: &mut [f32]) {
     #[allow(unused_mut)]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2_fma() {
+    if chatterbox_cpu::avx2_fma() {
         // SAFETY: AVX2 and FMA are available (checked at run time).
         done = unsafe { avx2::sigmoid_inplace(x) };
     }

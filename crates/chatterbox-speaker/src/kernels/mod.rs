@@ -1,7 +1,8 @@
 //! Plain-Rust CPU kernels for the hot loops of both encoders, used when a model runs on the CPU
 //! in f32 (candle's CPU backend runs element-wise ops one at a time, single-threaded, and its
 //! 2-D convolution is a direct loop). Every kernel has a portable version and, on x86-64, an
-//! AVX2+FMA version picked at run time (the packed GEMM also an AVX-512 one).
+//! AVX2+FMA version picked at run time (the packed GEMM also an AVX-512 one); chatterbox-cpu
+//! answers which may run (`CHATTERBOX_PORTABLE_KERNELS=1` forces the portable ones).
 mod activation;
 mod packed;
 
@@ -11,22 +12,6 @@ pub(crate) use packed::{gemm_rows, gemm_rows_into, PackedB};
 /// Threads the CPU kernels may use: `RAYON_NUM_THREADS`, else the number of CPUs (as candle).
 pub(crate) fn num_threads() -> usize {
     candle_core::utils::get_num_threads().max(1)
-}
-
-/// Whether the AVX2+FMA versions of the kernels can run on this CPU.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx2_fma() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
-
-/// Whether the AVX-512F micro-kernel of the packed GEMM can run on this CPU.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx512f() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
 }
 
 /// `a * b + c`, fused when the kernel is compiled with FMA (otherwise `mul_add` would be a
@@ -53,7 +38,7 @@ macro_rules! multiversion {
                 unsafe fn avx2($($arg: $ty),*) {
                     $body::<true>($($arg),*)
                 }
-                if $crate::kernels::has_avx2_fma() {
+                if chatterbox_cpu::avx2_fma() {
                     // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above);
                     // `avx2` is otherwise the same safe code as the portable version.
                     return unsafe { avx2($($arg),*) };

@@ -7,9 +7,8 @@
 //! panels of 16 columns (`k x 16` each), so the micro-kernel streams it sequentially; each call
 //! of the micro-kernel keeps up to 6 rows x 16 columns (AVX2) or 6 rows x 64 columns (AVX-512)
 //! of accumulators in registers.
-use super::has_avx2_fma;
 #[cfg(target_arch = "x86_64")]
-use super::has_avx512f;
+use chatterbox_cpu::{avx2_fma, avx512f};
 
 /// Columns per panel (two AVX registers).
 pub(crate) const NR: usize = 16;
@@ -218,14 +217,14 @@ fn micro<const R: usize, const P: usize>(
         "micro-kernel: operands too short"
     );
     #[cfg(target_arch = "x86_64")]
-    if has_avx512f() {
+    if avx512f() {
         // SAFETY: AVX-512F is available (checked at run time) and the operand sizes were
         // checked just above.
         unsafe { micro_avx512::<R, P>(segs, b, p0, c, ldc) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
+    if avx2_fma() {
         // SAFETY: AVX2 and FMA are available (checked at run time) and the operand sizes were
         // checked just above.
         unsafe { micro_avx2::<R, P>(segs, b, p0, c, ldc) };
@@ -236,10 +235,7 @@ fn micro<const R: usize, const P: usize>(
 
 /// Whether the micro-kernel runs on 16-lane registers (AVX-512).
 fn wide_registers() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return has_avx512f();
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    chatterbox_cpu::avx512f()
 }
 
 /// The pieces of one k-block: `(chunk, offset in the chunk, len)`.

@@ -82,11 +82,7 @@ fn attend_head(head: &Head, scale: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         let d = head.q.len();
-        if d.is_multiple_of(8)
-            && d <= avx2::MAX_D
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-        {
+        if d.is_multiple_of(8) && d <= avx2::MAX_D && chatterbox_cpu::avx2_fma() {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { avx2::attend_head(head, scale, out) };
             return;

@@ -50,7 +50,7 @@ const K1: f32 = 0.044_715;
 fn apply(x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if chatterbox_cpu::avx2_fma() {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { avx2::apply(x, out) };
             return;

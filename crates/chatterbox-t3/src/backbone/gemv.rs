@@ -92,7 +92,7 @@ fn accumulate<const M: usize>(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if chatterbox_cpu::avx2_fma() {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { avx2::accumulate::<M>(x, k, k0, wc, n, part) };
             return;

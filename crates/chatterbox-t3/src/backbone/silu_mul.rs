@@ -68,7 +68,7 @@ impl CustomOp1 for SiluMul {
 fn apply(gate: &[f32], up: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if chatterbox_cpu::avx2_fma() {
             // SAFETY: the CPU supports the features the function is compiled for.
             unsafe { avx2::apply(gate, up, out) };
             return;

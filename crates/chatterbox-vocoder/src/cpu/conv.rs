@@ -182,7 +182,7 @@ fn activate(dst: &mut [f32], src: &[f32], act: PreAct, channel: usize) {
 pub(crate) fn snake_row(dst: &mut [f32], src: &[f32], alpha: f32, inv_alpha: f32) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if chatterbox_cpu::avx2() {
             // SAFETY: the CPU supports AVX2 (checked above).
             unsafe { snake_row_avx2(dst, src, alpha, inv_alpha) };
             return;

@@ -274,7 +274,7 @@ impl Job<'_> {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if chatterbox_cpu::avx2() {
                 // SAFETY: the CPU supports AVX2 (checked above).
                 unsafe { self.block_avx2(v, m, phase, t0, nt, outputs) };
                 return;
@@ -485,7 +485,7 @@ fn activate_row(dst: &mut [MaybeUninit<f32>], src: &[f32], act: PreAct) {
 fn snake_channels(dst: &mut [MaybeUninit<f32>], src: &[f32], alpha: &[f32], inv_alpha: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if chatterbox_cpu::avx2() {
             // SAFETY: the CPU supports AVX2 (checked above).
             unsafe { snake_channels_avx2(dst, src, alpha, inv_alpha) };
             return;
