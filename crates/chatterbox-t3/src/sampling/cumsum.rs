@@ -32,7 +32,10 @@ fn triangle(n: usize, strict: bool, dtype: DType, dev: &Device) -> Result<Tensor
             })
         })
         .collect();
-    Ok(Tensor::from_vec(v, (n, n), dev)?.to_dtype(dtype)?)
+    // Cast on the host: candle's Metal backend has no f64 conversions.
+    Ok(Tensor::from_vec(v, (n, n), &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(dev)?)
 }
 
 impl BlockCumsum {

@@ -14,8 +14,9 @@ impl TokenHistory {
     /// An empty history over `vocab` ids.
     pub fn new(vocab: usize, dev: &Device) -> Result<Self> {
         Ok(Self {
-            mask: Tensor::zeros((1, vocab), DType::U8, dev)?,
-            one: Tensor::ones((1, 1), DType::U8, dev)?,
+            // u32, not u8: candle's Metal backend has no kernel that scatters into u8.
+            mask: Tensor::zeros((1, vocab), DType::U32, dev)?,
+            one: Tensor::ones((1, 1), DType::U32, dev)?,
         })
     }
 
@@ -40,7 +41,7 @@ impl TokenHistory {
         Ok(())
     }
 
-    /// The `[1, vocab]` u8 mask (1 = seen).
+    /// The `[1, vocab]` u32 mask (1 = seen).
     pub fn mask(&self) -> &Tensor {
         &self.mask
     }

@@ -10,6 +10,19 @@ fn scalar(v: f32, dev: &Device) -> Result<Tensor> {
     Ok(Tensor::new(&[[v]], dev)?)
 }
 
+/// `scores.arg_sort_last_dim(ascending)`, on the host when `scores` is on a Metal device:
+/// candle's Metal sort keeps a whole row in one threadgroup, which a vocabulary-sized row
+/// (6563-8194 ids) overflows, and it returns wrong indices without an error
+/// (huggingface/candle#2570). One `[1, vocab]` copy each way per step.
+fn arg_sort_last_dim(scores: &Tensor, ascending: bool) -> Result<Tensor> {
+    let dev = scores.device();
+    if dev.is_metal() {
+        let host = scores.to_device(&Device::Cpu)?;
+        return Ok(host.arg_sort_last_dim(ascending)?.to_device(dev)?);
+    }
+    Ok(scores.arg_sort_last_dim(ascending)?)
+}
+
 /// `scores.masked_fill(remove, -inf)`.
 fn mask_fill(remove: &Tensor, scores: &Tensor, neg_inf: &Tensor) -> Result<Tensor> {
     let ninf = neg_inf.broadcast_as(scores.shape())?;
@@ -178,7 +191,7 @@ impl TopPLogitsWarper {
         };
         let order = match ascending {
             Some(o) => o.clone(),
-            None => scores.arg_sort_last_dim(true)?,
+            None => arg_sort_last_dim(&scores, true)?,
         };
         let sorted = probs.gather(&order, D::Minus1)?;
         let cum = cumsum.forward(&sorted)?;
@@ -234,7 +247,7 @@ impl TopKLogitsWarper {
     /// The filtered scores and a descending arg-sort of the input.
     fn process_with_order(&self, scores: &Tensor) -> Result<(Tensor, Tensor)> {
         let scores = scores.contiguous()?;
-        let order = scores.arg_sort_last_dim(false)?;
+        let order = arg_sort_last_dim(&scores, false)?;
         let kth = scores.gather(
             &order.narrow(D::Minus1, self.k - 1, 1)?.contiguous()?,
             D::Minus1,
