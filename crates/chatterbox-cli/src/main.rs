@@ -7,6 +7,7 @@ mod args;
 mod device;
 mod hub;
 mod input;
+mod interrupt;
 mod output;
 mod progress;
 mod source;
@@ -16,6 +17,7 @@ mod vc;
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
     init_logging();
+    interrupt::install();
     let result = match cli.command {
         args::Command::Speak(a) => speak::run(*a),
         args::Command::Vc(a) => vc::run(a),

@@ -1,10 +1,15 @@
-//! The output WAV file: checked for writability before any model work, written at the end
-//! (to a file, or to standard output for `-o -`).
+//! The output WAV file: checked before any model work (writable, not one of the inputs, not
+//! binary onto a terminal), then written safely: a temporary file beside it whose header is
+//! valid after every chunk, renamed into place at the end (see `chatterbox_dsp::audio::
+//! WavFileWriter`); on Ctrl-C or SIGTERM the finished chunks stay in that file (`interrupt`).
 use crate::args::WavFormatArg;
+use crate::interrupt;
 use anyhow::{bail, Context, Result};
+use chatterbox_dsp::audio::WavFileWriter;
 use chatterbox_dsp::{Audio, WavFormat};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A checked output destination.
 #[derive(Debug, Clone)]
@@ -17,62 +22,82 @@ pub enum Output {
 
 impl Output {
     /// Checks that `path` can be written, without leaving anything behind: an existing file
-    /// is opened for appending (not modified), a new one created and removed again.
+    /// is opened for appending (not modified), and a temporary file is created and removed in
+    /// its folder (where the output is written before it is renamed into place). `-` is
+    /// standard output, refused when that is a terminal.
     pub fn check(path: &Path) -> Result<Self> {
         if path == Path::new("-") {
+            if std::io::stdout().is_terminal() {
+                bail!(
+                    "-o -: standard output is a terminal, and WAV data is binary; redirect it \
+                     (-o - > out.wav, or -o - | aplay) or pass -o FILE"
+                );
+            }
             return Ok(Self::Stdout);
         }
         let what = || format!("cannot write the output file {}", path.display());
         if path.is_dir() {
             bail!("{}: it is a directory", what());
         }
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                bail!("{}: the folder {} does not exist", what(), parent.display());
+        let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) if !parent.is_dir() => {
+                bail!("{}: the folder {} does not exist", what(), parent.display())
             }
-        }
+            Some(parent) => parent.to_path_buf(),
+            None => PathBuf::from("."),
+        };
         if path.exists() {
             std::fs::OpenOptions::new()
                 .append(true)
                 .open(path)
                 .with_context(what)?;
-        } else {
-            std::fs::File::create(path).with_context(what)?;
-            std::fs::remove_file(path).with_context(what)?;
         }
+        tempfile::Builder::new()
+            .prefix(".chatterbox-check-")
+            .tempfile_in(&dir)
+            .with_context(|| format!("{}: cannot create a file in {}", what(), dir.display()))?;
         Ok(Self::File(path.to_path_buf()))
+    }
+
+    /// Refuses to write over one of the inputs (`(option, path)` pairs): the output would
+    /// destroy it.
+    pub fn refuse_inputs(&self, inputs: &[(&str, &Path)]) -> Result<()> {
+        let Self::File(out) = self else {
+            return Ok(());
+        };
+        for (option, input) in inputs {
+            // Equal when both exist and are one file (links and `./` spellings included).
+            if same_file::is_same_file(out, input).unwrap_or(false) {
+                bail!(
+                    "the output {} is the {option} file: writing it would destroy the input; \
+                     pass another -o",
+                    out.display()
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Writes `audio` as a mono WAV file.
     pub fn write(&self, audio: &Audio, format: WavFormatArg) -> Result<()> {
-        match self {
-            Self::File(path) => {
-                let format = match format {
-                    WavFormatArg::Pcm16 => WavFormat::Pcm16,
-                    WavFormatArg::F32 => WavFormat::Float32,
-                };
-                chatterbox_dsp::audio::write_wav(path, audio, format)
-                    .with_context(|| format!("cannot write {}", path.display()))
-            }
-            Self::Stdout => {
-                let bytes = wav_bytes(audio, format)?;
-                let mut out = std::io::stdout().lock();
-                out.write_all(&bytes)
-                    .and_then(|()| out.flush())
-                    .context("cannot write the WAV data to standard output")
-            }
-        }
+        let mut sink = self.sink(audio.sample_rate, format)?;
+        sink.push(&audio.samples)?;
+        sink.finish().map(drop)
     }
 
     /// A writer that takes the audio piece by piece (long texts: memory stays flat). A file is
-    /// written as the audio comes, and removed again if the sink is dropped unfinished.
+    /// written into a temporary file as the audio comes and renamed into place by
+    /// [`Sink::finish`]; dropped unfinished, the temporary file is removed; on a signal it is
+    /// kept (see `interrupt`).
     pub fn sink(&self, sample_rate: u32, format: WavFormatArg) -> Result<Sink> {
         let inner = match self {
             Self::File(path) => {
-                let w = hound::WavWriter::create(path, spec(sample_rate, format))
+                let w = WavFileWriter::create(path, sample_rate, wav_format(format))
                     .with_context(|| format!("cannot write {}", path.display()))?;
+                let shared: interrupt::Shared = Arc::new(Mutex::new(Some(w)));
+                interrupt::guard(&shared);
                 SinkInner::File {
-                    writer: Some(w),
+                    writer: shared,
                     path: path.clone(),
                 }
             }
@@ -95,6 +120,13 @@ impl Output {
     }
 }
 
+fn wav_format(format: WavFormatArg) -> WavFormat {
+    match format {
+        WavFormatArg::Pcm16 => WavFormat::Pcm16,
+        WavFormatArg::F32 => WavFormat::Float32,
+    }
+}
+
 /// `Wrote FILE: 3.2 s of audio in 1.1 s (real-time factor 0.34)`.
 pub fn summary(out: &Output, audio_secs: f64, took: std::time::Duration) -> String {
     let took = took.as_secs_f64();
@@ -109,11 +141,9 @@ pub fn summary(out: &Output, audio_secs: f64, took: std::time::Duration) -> Stri
     )
 }
 
-type FileWriter = hound::WavWriter<std::io::BufWriter<std::fs::File>>;
-
 enum SinkInner {
     File {
-        writer: Option<FileWriter>,
+        writer: interrupt::Shared,
         path: PathBuf,
     },
     Memory(Vec<f32>),
@@ -131,34 +161,40 @@ impl Sink {
     /// Appends samples.
     pub fn push(&mut self, samples: &[f32]) -> Result<()> {
         chatterbox_dsp::check_signal("generated audio", samples)?;
-        self.samples += samples.len();
         match &mut self.inner {
             SinkInner::File { writer, path } => {
-                let Some(w) = writer.as_mut() else {
+                let mut guard = writer.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(w) = guard.as_mut() else {
                     bail!("{} is already finished", path.display());
                 };
-                write_samples(w, samples, self.format)
-                    .with_context(|| format!("cannot write {}", path.display()))
+                w.push(samples)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
             }
-            SinkInner::Memory(v) => {
-                v.extend_from_slice(samples);
-                Ok(())
-            }
+            SinkInner::Memory(v) => v.extend_from_slice(samples),
         }
+        self.samples += samples.len();
+        Ok(())
     }
 
-    /// Completes the file (or writes the WAV to stdout); returns the number of samples.
-    pub fn finish(mut self) -> Result<usize> {
-        match &mut self.inner {
+    /// Completes the file and renames it into place (or writes the WAV to stdout); returns
+    /// the number of samples.
+    pub fn finish(self) -> Result<usize> {
+        match &self.inner {
             SinkInner::File { writer, path } => {
-                if let Some(w) = writer.take() {
-                    w.finalize()
+                let taken = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+                interrupt::release();
+                if let Some(w) = taken {
+                    w.finish()
                         .with_context(|| format!("cannot write {}", path.display()))?;
                 }
             }
             SinkInner::Memory(v) => {
-                let audio = Audio::new(std::mem::take(v), self.sample_rate);
-                Output::Stdout.write(&audio, self.format)?;
+                let audio = Audio::new(v.clone(), self.sample_rate);
+                let bytes = chatterbox_dsp::audio::wav_bytes(&audio, wav_format(self.format))?;
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes)
+                    .and_then(|()| out.flush())
+                    .context("cannot write the WAV data to standard output")?;
             }
         }
         Ok(self.samples)
@@ -167,82 +203,86 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        // Unfinished (an error stopped generation): no half-written file is left behind.
-        if let SinkInner::File { writer, path } = &mut self.inner {
-            if writer.take().is_some() {
-                let _ = std::fs::remove_file(path);
+        // Unfinished (an error stopped generation): the writer's drop removes its temporary
+        // file, and the file at `-o` is untouched.
+        if let SinkInner::File { writer, .. } = &self.inner {
+            let taken = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if taken.is_some() {
+                interrupt::release();
             }
         }
     }
-}
-
-fn spec(sample_rate: u32, format: WavFormatArg) -> hound::WavSpec {
-    hound::WavSpec {
-        channels: 1,
-        sample_rate,
-        bits_per_sample: match format {
-            WavFormatArg::Pcm16 => 16,
-            WavFormatArg::F32 => 32,
-        },
-        sample_format: match format {
-            WavFormatArg::Pcm16 => hound::SampleFormat::Int,
-            WavFormatArg::F32 => hound::SampleFormat::Float,
-        },
-    }
-}
-
-/// Samples as chatterbox-dsp's `write_wav` writes them (PCM: clipped to [-1, 1], × 32767).
-fn write_samples<W: std::io::Write + std::io::Seek>(
-    w: &mut hound::WavWriter<W>,
-    samples: &[f32],
-    format: WavFormatArg,
-) -> hound::Result<()> {
-    for &s in samples {
-        match format {
-            WavFormatArg::Pcm16 => w.write_sample((s.clamp(-1.0, 1.0) * 32767.0).round() as i16)?,
-            WavFormatArg::F32 => w.write_sample(s)?,
-        }
-    }
-    Ok(())
-}
-
-/// A complete WAV file in memory (hound needs a seekable writer; stdout is not).
-fn wav_bytes(audio: &Audio, format: WavFormatArg) -> Result<Vec<u8>> {
-    chatterbox_dsp::check_signal("generated audio", &audio.samples)?;
-    let mut cursor = std::io::Cursor::new(Vec::new());
-    let mut w = hound::WavWriter::new(&mut cursor, spec(audio.sample_rate, format))?;
-    write_samples(&mut w, &audio.samples, format)?;
-    w.finalize()?;
-    Ok(cursor.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn names(dir: &Path) -> Result<Vec<String>> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            v.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        v.sort();
+        Ok(v)
+    }
+
     #[test]
     fn unwritable_paths_are_refused_and_nothing_is_left_behind() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let ok = dir.path().join("out.wav");
         assert!(matches!(Output::check(&ok)?, Output::File(_)));
-        assert!(!ok.exists(), "the check must not leave a file");
+        assert!(
+            names(dir.path())?.is_empty(),
+            "the check must not leave a file"
+        );
         let err = Output::check(&dir.path().join("no/such/dir/out.wav"))
             .err()
             .context("no error")?;
         assert!(format!("{err:#}").contains("does not exist"), "{err:#}");
         assert!(Output::check(dir.path()).is_err());
-        assert!(matches!(Output::check(Path::new("-"))?, Output::Stdout));
+        // `-` is refused exactly when standard output is a terminal.
+        let stdout = Output::check(Path::new("-"));
+        assert_eq!(stdout.is_ok(), !std::io::stdout().is_terminal());
         Ok(())
     }
 
     #[test]
-    fn a_sink_writes_as_it_goes_and_cleans_up_when_abandoned() -> Result<()> {
+    fn inputs_are_not_overwritten() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let voice = dir.path().join("voice.wav");
+        std::fs::write(&voice, b"clip")?;
+        let spelled = dir.path().join(".").join("voice.wav");
+        let out = Output::check(&spelled)?;
+        let err = out
+            .refuse_inputs(&[("--file", Path::new("/nonexistent")), ("--voice", &voice)])
+            .err()
+            .context("no error")?;
+        assert!(format!("{err}").contains("is the --voice file"), "{err}");
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("link.wav");
+            std::os::unix::fs::symlink(&voice, &link)?;
+            assert!(Output::check(&link)?
+                .refuse_inputs(&[("--voice", &voice)])
+                .is_err());
+        }
+        let other = Output::check(&dir.path().join("out.wav"))?;
+        other.refuse_inputs(&[("--voice", &voice)])?;
+        Output::Stdout.refuse_inputs(&[("--voice", &voice)])?;
+        assert_eq!(std::fs::read(&voice)?, b"clip");
+        Ok(())
+    }
+
+    #[test]
+    fn a_sink_writes_as_it_goes_and_an_abandoned_one_leaves_the_old_file() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("s.wav");
         let out = Output::check(&path)?;
         let mut sink = out.sink(24_000, WavFormatArg::F32)?;
         sink.push(&[0.1, 0.2])?;
         sink.push(&[-0.3])?;
+        assert!(!path.exists(), "renamed into place only at the end");
         assert_eq!(sink.finish()?, 3);
         let back = chatterbox_dsp::audio::load(&path)?;
         assert_eq!(back.samples, vec![0.1, 0.2, -0.3]);
@@ -251,21 +291,13 @@ mod tests {
         sink.push(&[0.1])?;
         assert!(sink.push(&[f32::NAN]).is_err());
         drop(sink);
-        assert!(!path.exists(), "an abandoned sink removes its file");
-        Ok(())
-    }
-
-    #[test]
-    fn in_memory_wav_decodes_to_the_samples() -> Result<()> {
-        let audio = Audio::new(vec![0.0, 0.5, -0.25, 1.5], 24_000);
-        let bytes = wav_bytes(&audio, WavFormatArg::F32)?;
-        let back = chatterbox_dsp::audio::decode(bytes, Some("wav"))?;
-        assert_eq!(back.sample_rate, 24_000);
-        assert_eq!(back.samples, audio.samples);
-        let pcm = wav_bytes(&audio, WavFormatArg::Pcm16)?;
-        let back = chatterbox_dsp::audio::decode(pcm, Some("wav"))?;
-        assert!((back.samples[1] - 0.5).abs() < 1e-4);
-        assert!((back.samples[3] - 1.0).abs() < 1e-4, "clipped to 1");
+        assert_eq!(names(dir.path())?, vec!["s.wav"], "no temporary file left");
+        let back = chatterbox_dsp::audio::load(&path)?;
+        assert_eq!(
+            back.samples,
+            vec![0.1, 0.2, -0.3],
+            "the earlier file is intact"
+        );
         Ok(())
     }
 }

@@ -183,6 +183,28 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         }
         None => None,
     };
+    let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    for (option, path) in [
+        ("--voice", &args.voice),
+        ("--voice-file", &args.voice_file),
+        ("--file", &args.file),
+        ("--config", &rt.config),
+    ] {
+        if let Some(p) = path {
+            inputs.push((option, p.as_path()));
+        }
+    }
+    out.refuse_inputs(&inputs)?;
+    if let Some(p) = save_voice {
+        Output::File(p.to_path_buf())
+            .refuse_inputs(&inputs)
+            .context("--save-voice")?;
+        if let Output::File(o) = &out {
+            if same_file_or_equal(o, p) {
+                bail!("--save-voice and -o are the same file {}", p.display());
+            }
+        }
+    }
     let language = language(args.model, args.language.as_deref())?;
     let mtl = match &args.mtl_version {
         Some(v) if args.model != Model::Multilingual => {
@@ -260,6 +282,14 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     let secs = samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
     progress.note(summary(&out, secs, started.elapsed()));
     Ok(())
+}
+
+/// Whether two paths name one file (existing or not: then compared as spelled, made absolute).
+fn same_file_or_equal(a: &std::path::Path, b: &std::path::Path) -> bool {
+    if let Ok(same) = same_file::is_same_file(a, b) {
+        return same;
+    }
+    std::path::absolute(a).ok() == std::path::absolute(b).ok()
 }
 
 fn out_path(out: &Output) -> std::path::PathBuf {

@@ -15,6 +15,14 @@ pub fn run(args: VcArgs) -> Result<()> {
     // Cheap checks first: nothing expensive runs before they pass.
     device::check_available(rt.device)?;
     let out = Output::check(&rt.output)?;
+    let mut inputs = vec![("source", args.source.as_path())];
+    if let Some(t) = &args.target {
+        inputs.push(("--target", t.as_path()));
+    }
+    if let Some(c) = &rt.config {
+        inputs.push(("--config", c.as_path()));
+    }
+    out.refuse_inputs(&inputs)?;
     let source_audio = load_audio(&args.source, "source recording")?;
     let target_audio = match &args.target {
         Some(p) => Some(load_audio(p, "target voice clip")?),

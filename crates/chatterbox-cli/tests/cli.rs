@@ -291,3 +291,133 @@ fn a_corrupt_voice_clip_is_named_before_the_model_loads() {
     assert_fails_with(&o, &["broken.wav", "cannot read the voice clip"]);
     assert!(!stderr(&o).contains("not-a-checkpoint"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_output_may_not_be_one_of_the_inputs() {
+    let dir = tempdir();
+    let tone = dir.path().join("tone.wav");
+    write_tone(&tone);
+    let before = std::fs::read(&tone).unwrap_or_default();
+    let text = dir.path().join("story.txt");
+    std::fs::write(&text, "Once upon a time.").unwrap_or_default();
+    let ckpt = s(&dir.path().join("not-a-checkpoint")).to_string();
+
+    // The voice clip, spelled differently.
+    let spelled = dir.path().join(".").join("tone.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--voice",
+        s(&tone),
+        "--model-dir",
+        &ckpt,
+        "-o",
+        s(&spelled),
+    ]);
+    assert_fails_with(&o, &["is the --voice file", "tone.wav"]);
+    // The text file.
+    let o = chatterbox(&[
+        "speak",
+        "--file",
+        s(&text),
+        "--model-dir",
+        &ckpt,
+        "-o",
+        s(&text),
+    ]);
+    assert_fails_with(&o, &["is the --file file"]);
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap_or_default(),
+        "Once upon a time."
+    );
+    // --save-voice onto the voice clip, and onto -o.
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--voice",
+        s(&tone),
+        "--save-voice",
+        s(&tone),
+        "--model-dir",
+        &ckpt,
+    ]);
+    assert_fails_with(&o, &["--save-voice", "is the --voice file"]);
+    let out = dir.path().join("out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--voice",
+        s(&tone),
+        "--save-voice",
+        s(&out),
+        "--model-dir",
+        &ckpt,
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["--save-voice and -o are the same file"]);
+    // vc: the source and the target.
+    for (flag, needle) in [
+        ("source", "is the source file"),
+        ("target", "is the --target file"),
+    ] {
+        let (source, target) = if flag == "source" {
+            (tone.clone(), dir.path().join("other.wav"))
+        } else {
+            (dir.path().join("other.wav"), tone.clone())
+        };
+        write_tone(&dir.path().join("other.wav"));
+        let o = chatterbox(&[
+            "vc",
+            s(&source),
+            "--target",
+            s(&target),
+            "--model-dir",
+            &ckpt,
+            "-o",
+            s(&tone),
+        ]);
+        assert_fails_with(&o, &[needle]);
+    }
+    assert_eq!(
+        std::fs::read(&tone).unwrap_or_default(),
+        before,
+        "the clip was changed"
+    );
+    // Nothing was started: no output, no temporary file.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    assert_eq!(names, vec!["other.wav", "story.txt", "tone.wav"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn binary_audio_is_not_written_onto_a_terminal() {
+    let pty = match nix::pty::openpty(None, None) {
+        Ok(p) => p,
+        Err(e) => unreachable!("openpty: {e}"),
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .args(["speak", "Hi.", "--model-dir", "/nonexistent", "-o", "-"])
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(pty.slave))
+        .stderr(std::process::Stdio::piped())
+        .output();
+    let o = match o {
+        Ok(o) => o,
+        Err(e) => unreachable!("cannot run the chatterbox binary: {e}"),
+    };
+    assert_fails_with(&o, &["standard output is a terminal", "-o FILE"]);
+    assert!(
+        !stderr(&o).contains("nonexistent"),
+        "checked before the model"
+    );
+    drop(pty.master);
+}

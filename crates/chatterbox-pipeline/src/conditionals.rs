@@ -30,7 +30,7 @@ const EMBEDDING: &str = "gen.embedding";
 impl Conditionals {
     /// Saves to a safetensors file: `t3.speaker_emb`, `t3.cond_prompt_speech_tokens` (u32, when
     /// present), `t3.emotion_adv` `(1, 1, 1)`, `gen.prompt_token` (u32), `gen.prompt_feat` and
-    /// `gen.embedding` (f32).
+    /// `gen.embedding` (f32). Written atomically (a temporary file renamed over `path`).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let cpu = Device::Cpu;
@@ -49,10 +49,28 @@ impl Conditionals {
         map.insert(PROMPT_TOKEN.into(), self.gen.prompt_token.to_device(&cpu)?);
         map.insert(PROMPT_FEAT.into(), self.gen.prompt_feat.to_device(&cpu)?);
         map.insert(EMBEDDING.into(), self.gen.embedding.to_device(&cpu)?);
-        candle_core::safetensors::save(&map, path).map_err(|e| PipelineError::Io {
+        let io = |source: std::io::Error| PipelineError::Io {
             path: path.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
+            source,
+        };
+        // Atomically: into a temporary file beside `path`, renamed over it when complete, so
+        // an interruption never leaves half a voice file or loses the one that was there.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let temp = tempfile::Builder::new()
+            .prefix(".voice-")
+            .suffix(".partial")
+            .tempfile_in(dir)
+            .map_err(io)?
+            .into_temp_path();
+        candle_core::safetensors::save(&map, &temp)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        std::fs::File::open(&temp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        temp.persist(path).map_err(|e| io(e.error))
     }
 
     /// Loads a voice saved by [`Conditionals::save`] (`.safetensors`) or the reference's

@@ -282,7 +282,20 @@ fn conditionals_roundtrip_and_reference_conds_pt() {
     let (tts, dir) = english_model("conds");
     let c = tts.conditionals().unwrap();
     let p = dir.join("voice.safetensors");
+    std::fs::write(&p, b"an older voice file").unwrap();
+    let before: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
     c.save(&p).unwrap();
+    // Replaced whole, through a temporary file that is gone afterwards.
+    let after: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(before.len(), after.len(), "{after:?}");
     let back = Conditionals::load(&p, &Device::Cpu).unwrap();
     let eq = |a: &Tensor, b: &Tensor| {
         let a = a

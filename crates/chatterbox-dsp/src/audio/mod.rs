@@ -4,7 +4,7 @@ mod decode;
 mod wav;
 
 pub use decode::{decode, load};
-pub use wav::{write_wav, WavFormat};
+pub use wav::{wav_bytes, write_wav, WavFileWriter, WavFormat};
 
 /// A mono signal and its sample rate.
 #[derive(Debug, Clone, PartialEq)]
