@@ -55,8 +55,8 @@ pub const DEFAULT_ABBREVIATIONS: &[&str] = &[
 ///
 /// # Where it splits
 ///
-/// A chunk holds at most `max_chars` characters (Unicode scalar values) unless a single
-/// unbreakable stretch is longer. Break points, best first:
+/// A chunk holds at most `max_chars` characters (Unicode scalar values). Break points, best
+/// first:
 /// 1. sentence ends: `.`, `!`, `?`, `…` and other scripts' full stops followed by whitespace
 ///    (closing quotes and brackets may come between); `。！？` also without whitespace; a
 ///    whitespace run with a line break. A `.` after a known abbreviation (`Dr.`, `e.g.`, `z.B.`),
@@ -64,8 +64,10 @@ pub const DEFAULT_ABBREVIATIONS: &[&str] = &[
 /// 2. clause marks: `,` `;` `:` `—` `–` (and `，、；：` without whitespace);
 /// 3. any other whitespace, and the gap between two CJK characters (Han, kana).
 ///
-/// A chunk never ends inside a word: the last break point of the best class that keeps the
-/// chunk within budget is used; if no break point fits, the chunk runs to the first one.
+/// The last break point of the best class that keeps the chunk within budget is used. Where
+/// none fits (a URL, a long run of letters without spaces), the chunk is cut after
+/// `max_chars` characters (before any combining marks of the character there), so no chunk is
+/// ever longer than the budget and any text of any length can be spoken.
 #[derive(Debug, Clone)]
 pub struct SentenceChunker {
     max_chars: usize,
@@ -172,6 +174,17 @@ fn is_clause_mark(c: char) -> bool {
 
 fn is_cjk_clause_mark(c: char) -> bool {
     matches!(c, '，' | '、' | '；' | '：' | '､')
+}
+
+/// Combining marks (and the zero-width joiner), which a hard cut keeps with the character
+/// before them.
+fn is_combining(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    c == '\u{200d}'
+        || matches!(
+            get_general_category(c),
+            G::NonspacingMark | G::SpacingMark | G::EnclosingMark
+        )
 }
 
 /// Han ideographs, kana and CJK symbols: scripts written without spaces, where a chunk may end
@@ -322,6 +335,25 @@ impl SentenceChunker {
         out
     }
 
+    /// A cut after `max_chars` characters from char index `start` (inside a stretch with no
+    /// break point, which holds no whitespace), moved back so that combining marks stay with
+    /// their base character when that leaves anything before the cut.
+    fn hard_break(&self, chars: &[(usize, char)], start: usize) -> Break {
+        let mut cut = start + self.max_chars;
+        while cut > start + 1 && is_combining(chars[cut].1) {
+            cut -= 1;
+        }
+        if is_combining(chars[cut].1) {
+            cut = start + self.max_chars;
+        }
+        let at = chars[cut].0;
+        Break {
+            end: at,
+            next: at,
+            priority: Priority::Word,
+        }
+    }
+
     /// Splits `text` into chunks (none for empty or whitespace-only text).
     pub fn chunk(&self, text: &str) -> Vec<Chunk> {
         let chars: Vec<(usize, char)> = text.char_indices().collect();
@@ -340,7 +372,7 @@ impl SentenceChunker {
             }
             let start_char = char_at(start);
             let rest_end = text.trim_end_matches(is_py_space).len();
-            if char_at(rest_end) - start_char <= self.max_chars || b == breaks.len() {
+            if char_at(rest_end) - start_char <= self.max_chars {
                 chunks.push(Chunk {
                     text: text[start..rest_end].to_string(),
                     start,
@@ -354,7 +386,8 @@ impl SentenceChunker {
                 .take_while(|br| char_at(br.end) - start_char <= self.max_chars)
                 .count();
             let chosen = if fits == 0 {
-                breaks[b]
+                // No break point within the budget (a URL, a long unspaced run): cut hard.
+                self.hard_break(&chars, start_char)
             } else {
                 let window = &breaks[b..b + fits];
                 let best = window
@@ -437,11 +470,23 @@ mod tests {
     }
 
     #[test]
-    fn long_words_are_not_split() {
+    fn stretches_without_break_points_are_cut_hard() {
         assert_eq!(
             split(5, "  supercalifragilistic is long  "),
-            vec!["supercalifragilistic", "is", "long"]
+            vec!["super", "calif", "ragil", "istic", "is", "long"]
         );
+        // A URL, then a sentence: the URL is cut, the sentence is left whole.
+        assert_eq!(
+            split(12, "https://example.com/a/b/c Then."),
+            vec!["https://exam", "ple.com/a/b/", "c Then."]
+        );
+        // Thai (no spaces, no CJK gaps) of any length speaks in budget-sized pieces.
+        let thai = "สวัสดีครับ".repeat(100);
+        let pieces = split(250, &thai);
+        assert!(pieces.iter().all(|p| p.chars().count() <= 250));
+        assert_eq!(pieces.concat(), thai);
+        // A combining mark stays with its base letter.
+        assert_eq!(split(3, "abe\u{301}cd"), vec!["ab", "e\u{301}c", "d"]);
         assert!(split(5, " \n\t ").is_empty());
         assert!(split(5, "").is_empty());
         assert!(matches!(

@@ -195,10 +195,8 @@ proptest! {
             prop_assert!(c.start >= at);
             prop_assert!(s[at..c.start].chars().all(is_py_space));
             at = c.end;
-            // over budget only when nothing inside the chunk could end a chunk earlier
-            if c.text.chars().count() > max {
-                prop_assert_eq!(chunker.split(&c.text), vec![c.text.clone()]);
-            }
+            // never over budget: a stretch with no break point is cut hard
+            prop_assert!(c.text.chars().count() <= max, "{} chars > {max}", c.text.chars().count());
         }
         prop_assert!(s[at..].chars().all(is_py_space));
         // so the non-whitespace characters are exactly those of the input, in order
