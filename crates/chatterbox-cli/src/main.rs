@@ -9,6 +9,7 @@ mod hub;
 mod input;
 mod interrupt;
 mod output;
+mod preflight;
 mod progress;
 mod source;
 mod speak;

@@ -5,7 +5,7 @@ use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output};
 use crate::progress::Progress;
 use crate::source::{read_config, Source};
-use crate::{device, hub};
+use crate::{device, hub, preflight};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
@@ -224,9 +224,17 @@ pub fn run(args: SpeakArgs) -> Result<()> {
             bail!("the voice file {} does not exist", p.display());
         }
     }
+    if let (Some(audio), Some(path)) = (&voice_audio, &args.voice) {
+        preflight::check_voice_clip(path, audio, variant(args.model))?;
+    }
     let config = rt.config.as_deref().map(read_config).transpose()?;
     let repo = variant(args.model).hub_repo();
     let src = Source::resolve(rt.model_dir.as_deref(), repo)?;
+    let cfg = preflight::effective_config(variant(args.model), &src, config.as_ref())?;
+    preflight::check_options(args.model, &opts, &cfg)?;
+    preflight::check_text(&text, &opts, &cfg)?;
+    let builtin_voice = args.voice.is_none() && args.voice_file.is_none();
+    preflight::check_checkpoint(variant(args.model), &mtl, &src, builtin_voice)?;
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
     let progress = Progress::new(rt.quiet);

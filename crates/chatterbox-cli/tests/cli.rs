@@ -421,3 +421,58 @@ fn binary_audio_is_not_written_onto_a_terminal() {
     );
     drop(pty.master);
 }
+
+#[test]
+fn values_the_model_cannot_take_are_refused_before_loading() {
+    let dir = tempdir();
+    let ckpt = s(dir.path()).to_string();
+    let out = dir.path().join("out.wav");
+    let speak = |extra: &[&str]| {
+        let mut args = vec![
+            "speak",
+            "--model-dir",
+            &ckpt,
+            "--device",
+            "cpu",
+            "-o",
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        chatterbox(&args)
+    };
+    // The empty model directory would fail the load: each of these must fail first, naming
+    // the option or the input.
+    let o = speak(&["Hello.", "--max-new-tokens", "1000000000"]);
+    assert_fails_with(&o, &["--max-new-tokens 1000000000", "at most 4100"]);
+    let o = speak(&["Hello.", "--exaggeration", "7"]);
+    assert_fails_with(&o, &["--exaggeration 7", "0 (flat) to 2"]);
+    let o = speak(&["?!... 🎉"]);
+    assert_fails_with(&o, &["no letters or digits"]);
+    let long = "word ".repeat(1000);
+    let o = speak(&[long.as_str(), "--chunk-chars", "0"]);
+    assert_fails_with(&o, &["--chunk-chars 0", "5000 characters"]);
+    // Then the checkpoint's files, before anything is loaded.
+    let o = speak(&["Hello."]);
+    assert_fails_with(&o, &["ve.safetensors is missing"]);
+    for f in [
+        "ve.safetensors",
+        "t3_cfg.safetensors",
+        "s3gen.safetensors",
+        "tokenizer.json",
+    ] {
+        std::fs::write(dir.path().join(f), b"not really").unwrap_or_default();
+    }
+    let o = speak(&["Hello."]);
+    assert_fails_with(&o, &["no built-in voice (conds.pt)", "--voice AUDIO"]);
+    // A clip of dither only.
+    let quiet = dir.path().join("quiet.wav");
+    let noise: Vec<f32> = (0..48_000)
+        .map(|i| 3e-5 * ((i * 7919) % 13) as f32 / 13.0)
+        .collect();
+    let audio = chatterbox_dsp::Audio::new(noise, 16_000);
+    chatterbox_dsp::audio::write_wav(&quiet, &audio, chatterbox_dsp::WavFormat::Float32)
+        .unwrap_or_default();
+    let o = speak(&["Hello.", "--voice", s(&quiet)]);
+    assert_fails_with(&o, &["quiet.wav", "silent or nearly so"]);
+    assert!(!out.exists());
+}

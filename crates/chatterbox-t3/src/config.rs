@@ -333,6 +333,20 @@ impl T3Config {
         self.max_speech_tokens + 4
     }
 
+    /// The most speech tokens one generation can ask for (`max_new_tokens`, Turbo's
+    /// `max_gen_len`), before the prompt is counted: the speech position table when T3 has
+    /// learned position embeddings, else the backbone's positions. A generation also needs
+    /// room for its prompt, so the usable number is somewhat lower on GPT-2.
+    pub fn max_new_tokens_limit(&self) -> usize {
+        if self.has_learned_pos_emb() {
+            return self.speech_positions();
+        }
+        match &self.backbone {
+            BackboneConfig::Llama(c) => c.max_position_embeddings,
+            BackboneConfig::Gpt2(c) => c.n_positions,
+        }
+    }
+
     /// A short name of the variant, for messages.
     pub fn variant_name(&self) -> &'static str {
         if self.is_gpt() {

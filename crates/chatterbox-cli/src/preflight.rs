@@ -1,0 +1,320 @@
+//! Checks that need no model weights, run before the (gigabytes of) loading: option values
+//! against the model's limits, the checkpoint files, the voice clip and the text, each named
+//! in the user's terms (the option, the file).
+use crate::args::Model;
+use crate::source::Source;
+use anyhow::{bail, Context, Result};
+use chatterbox_pipeline::{
+    Audio, ChatterboxConfig, CheckpointFiles, GenerateOptions, MultilingualT3, Variant, CONDS_FILE,
+    MIN_REF_SECS, TURBO_MIN_REF_SECS,
+};
+use std::path::Path;
+
+/// The documented range of `--exaggeration`.
+pub const EXAGGERATION_RANGE: std::ops::RangeInclusive<f32> = 0.0..=2.0;
+
+/// A voice clip whose peak is below this (-60 dBFS) holds no speech to clone.
+pub const SILENT_PEAK: f32 = 1e-3;
+
+/// The hyper-parameters the model will be loaded with: `--config`, else the directory's
+/// `chatterbox_config.json`, else the released model's.
+pub fn effective_config(
+    variant: Variant,
+    src: &Source,
+    given: Option<&ChatterboxConfig>,
+) -> Result<ChatterboxConfig> {
+    if let Some(c) = given {
+        return Ok(c.clone());
+    }
+    let released = match variant {
+        Variant::English => ChatterboxConfig::english(),
+        Variant::Multilingual => ChatterboxConfig::multilingual(),
+        Variant::Turbo => ChatterboxConfig::turbo(),
+        Variant::Nano => ChatterboxConfig::nano(),
+    };
+    match src {
+        Source::Dir(d) => Ok(ChatterboxConfig::from_dir_or(d, released)?),
+        Source::Hub(_) => Ok(released),
+    }
+}
+
+/// `--max-new-tokens` and `--exaggeration` against the model's limits and documented ranges.
+pub fn check_options(model: Model, opts: &GenerateOptions, cfg: &ChatterboxConfig) -> Result<()> {
+    let limit = cfg.t3.max_new_tokens_limit();
+    if opts.max_new_tokens > limit {
+        bail!(
+            "--max-new-tokens {}: this model generates at most {limit} speech tokens per text \
+             chunk (its position table; 25 tokens are 1 s of audio)",
+            opts.max_new_tokens
+        );
+    }
+    let uses_exaggeration = matches!(model, Model::English | Model::Multilingual);
+    if uses_exaggeration && !EXAGGERATION_RANGE.contains(&opts.exaggeration) {
+        bail!(
+            "--exaggeration {}: expected {} (flat) to {} (dramatic)",
+            opts.exaggeration,
+            EXAGGERATION_RANGE.start(),
+            EXAGGERATION_RANGE.end()
+        );
+    }
+    Ok(())
+}
+
+/// The text against the chunking options: something to speak, and `--chunk-chars 0` (one
+/// piece) only when the model can read it at once.
+pub fn check_text(text: &str, opts: &GenerateOptions, cfg: &ChatterboxConfig) -> Result<()> {
+    if !text.chars().any(char::is_alphanumeric) {
+        bail!(
+            "the text has no letters or digits to speak (only punctuation, symbols or emoji): \
+             {:?}",
+            shorten(text, 40)
+        );
+    }
+    // English and multilingual read about one text token per character, into a learned
+    // position table: a longer text cannot be spoken in one piece. (Turbo's GPT-2 tokens hold
+    // several characters; its limit is checked when the text is tokenized.)
+    let chars = text.chars().count();
+    let max = cfg.t3.max_text_tokens;
+    if opts.max_chunk_chars == 0 && cfg.t3.has_learned_pos_emb() && chars > max {
+        bail!(
+            "--chunk-chars 0 speaks the text in one piece, but it has {chars} characters and \
+             this model reads at most {max} text tokens (about one per character) at once: \
+             leave --chunk-chars out (250) or give a value up to {max}"
+        );
+    }
+    Ok(())
+}
+
+fn shorten(text: &str, n: usize) -> String {
+    let mut s: String = text.chars().take(n).collect();
+    if text.chars().count() > n {
+        s.push('…');
+    }
+    s
+}
+
+/// The checkpoint directory's files: each required one present and readable, the built-in
+/// voice when no other voice is given.
+pub fn check_checkpoint(
+    variant: Variant,
+    mtl: &MultilingualT3,
+    src: &Source,
+    needs_builtin_voice: bool,
+) -> Result<()> {
+    let Source::Dir(dir) = src else {
+        return Ok(());
+    };
+    let files = CheckpointFiles::of(variant, mtl);
+    // Turbo's tokenizer is `tokenizer.json` or, failing that, `vocab.json` + `merges.txt`.
+    let tokenizer = match files.tokenizer {
+        "vocab.json" if dir.join("tokenizer.json").is_file() => "tokenizer.json",
+        other => other,
+    };
+    for name in [files.ve, files.t3.as_str(), files.s3gen, tokenizer] {
+        readable(dir, name, variant)?;
+    }
+    if needs_builtin_voice {
+        if !dir.join(CONDS_FILE).is_file() {
+            bail!(
+                "no voice: {} has no built-in voice ({CONDS_FILE}); pass --voice AUDIO (a 5-10 s \
+                 clip of the voice to clone) or --voice-file FILE",
+                dir.display()
+            );
+        }
+        readable(dir, CONDS_FILE, variant)?;
+    }
+    Ok(())
+}
+
+/// Opens `dir/name` and reads a byte: missing, unreadable and empty files are named now.
+fn readable(dir: &Path, name: &str, variant: Variant) -> Result<()> {
+    use std::io::Read;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "--model-dir {}: {name} is missing (the {} model needs it; see docs/setup.md for \
+             the files of each model)",
+            dir.display(),
+            variant.name()
+        );
+    }
+    let mut byte = [0u8; 1];
+    let n = std::fs::File::open(&path)
+        .and_then(|mut f| f.read(&mut byte))
+        .with_context(|| format!("--model-dir {}: cannot read {name}", dir.display()))?;
+    if n == 0 {
+        bail!("--model-dir {}: {name} is empty", dir.display());
+    }
+    Ok(())
+}
+
+/// A voice clip: long enough for the model and not silent.
+pub fn check_voice_clip(path: &Path, audio: &Audio, variant: Variant) -> Result<()> {
+    let secs = audio.duration_secs();
+    let (min, exclusive) = match variant {
+        Variant::Turbo | Variant::Nano => (TURBO_MIN_REF_SECS, true),
+        _ => (MIN_REF_SECS, false),
+    };
+    if secs < min || (exclusive && secs <= min) {
+        bail!(
+            "the voice clip {} is {secs:.1} s long: the {} model needs {} {min} s of speech \
+             (5-10 s is best)",
+            path.display(),
+            variant.name(),
+            if exclusive { "more than" } else { "at least" },
+        );
+    }
+    let peak = audio.samples.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if peak < SILENT_PEAK {
+        let db = if peak > 0.0 {
+            format!("{:.0} dBFS", 20.0 * peak.log10())
+        } else {
+            "digital silence".into()
+        };
+        bail!(
+            "the voice clip {} is silent or nearly so (peak {db}): it holds no speech to \
+             clone; use a recording of someone speaking",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked_against_the_models_limits() -> Result<()> {
+        let cfg = ChatterboxConfig::english();
+        let mut o = GenerateOptions::english();
+        check_options(Model::English, &o, &cfg)?;
+        o.max_new_tokens = 1_000_000_000;
+        let e = format!(
+            "{:#}",
+            check_options(Model::English, &o, &cfg)
+                .err()
+                .context("ok")?
+        );
+        assert!(
+            e.contains("--max-new-tokens 1000000000") && e.contains("4100"),
+            "{e}"
+        );
+        o.max_new_tokens = 1000;
+        o.exaggeration = 3.0;
+        let e = format!(
+            "{:#}",
+            check_options(Model::English, &o, &cfg)
+                .err()
+                .context("ok")?
+        );
+        assert!(
+            e.contains("--exaggeration 3") && e.contains("0 (flat) to 2"),
+            "{e}"
+        );
+        // Turbo ignores exaggeration; its limit is GPT-2's positions.
+        let turbo = ChatterboxConfig::turbo();
+        check_options(Model::Turbo, &o, &turbo)?;
+        o.max_new_tokens = turbo.t3.max_new_tokens_limit() + 1;
+        assert!(check_options(Model::Turbo, &o, &turbo).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn unspeakable_text_and_unchunked_long_text_are_refused() -> Result<()> {
+        let cfg = ChatterboxConfig::english();
+        let mut o = GenerateOptions::english();
+        for bad in ["...!?", "😀🎉", " — "] {
+            let e = format!("{:#}", check_text(bad, &o, &cfg).err().context(bad)?);
+            assert!(e.contains("no letters or digits"), "{e}");
+        }
+        check_text("42", &o, &cfg)?;
+        check_text("你好", &o, &cfg)?;
+        let long = "a".repeat(3000);
+        check_text(&long, &o, &cfg)?;
+        o.max_chunk_chars = 0;
+        let e = format!("{:#}", check_text(&long, &o, &cfg).err().context("ok")?);
+        assert!(
+            e.contains("--chunk-chars 0") && e.contains("3000 characters"),
+            "{e}"
+        );
+        check_text(&"a".repeat(2048), &o, &cfg)?;
+        Ok(())
+    }
+
+    #[test]
+    fn short_and_silent_clips_are_refused() -> Result<()> {
+        let p = Path::new("me.wav");
+        let tone = |secs: f32, amp: f32| {
+            let n = (secs * 16_000.0) as usize;
+            Audio::new(
+                (0..n).map(|i| amp * (i as f32 * 0.1).sin()).collect(),
+                16_000,
+            )
+        };
+        check_voice_clip(p, &tone(3.0, 0.3), Variant::English)?;
+        let e = format!(
+            "{:#}",
+            check_voice_clip(p, &tone(3.0, 0.3), Variant::Turbo)
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("more than 5 s"), "{e}");
+        check_voice_clip(p, &tone(6.0, 0.3), Variant::Nano)?;
+        assert!(check_voice_clip(p, &tone(0.2, 0.3), Variant::English).is_err());
+        // Dither-level noise (peak 3e-5): refused, with its level.
+        let e = format!(
+            "{:#}",
+            check_voice_clip(p, &tone(3.0, 3e-5), Variant::English)
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("nearly so (peak -90 dBFS)"), "{e}");
+        let e = format!(
+            "{:#}",
+            check_voice_clip(p, &tone(3.0, 0.0), Variant::English)
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("digital silence"), "{e}");
+        Ok(())
+    }
+
+    #[test]
+    fn checkpoint_files_are_checked_before_loading() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let src = Source::Dir(dir.path().to_path_buf());
+        let mtl = MultilingualT3::V2;
+        let e = format!(
+            "{:#}",
+            check_checkpoint(Variant::English, &mtl, &src, false)
+                .err()
+                .context("ok")?
+        );
+        assert!(
+            e.contains("ve.safetensors is missing") && e.contains("english"),
+            "{e}"
+        );
+        for f in ["ve.safetensors", "t3_cfg.safetensors", "s3gen.safetensors"] {
+            std::fs::write(dir.path().join(f), b"x")?;
+        }
+        std::fs::write(dir.path().join("tokenizer.json"), b"")?;
+        let e = format!(
+            "{:#}",
+            check_checkpoint(Variant::English, &mtl, &src, false)
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("tokenizer.json is empty"), "{e}");
+        std::fs::write(dir.path().join("tokenizer.json"), b"{}")?;
+        check_checkpoint(Variant::English, &mtl, &src, false)?;
+        let e = format!(
+            "{:#}",
+            check_checkpoint(Variant::English, &mtl, &src, true)
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("no built-in voice (conds.pt)"), "{e}");
+        Ok(())
+    }
+}
