@@ -40,10 +40,59 @@ pub struct RandomCheckpointArgs {
     /// Seed of the random weights and of the generated tokenizer.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// pip requirement for the reference package (default: the shared wheel, else upstream git
-    /// at 5de7a54; also `$CHATTERBOX_REFERENCE`).
-    #[arg(long)]
+    /// The reference package to install into parity/.venv: a wheel, a source folder or any pip
+    /// requirement (default: `$CHATTERBOX_REFERENCE`, else the wheel in
+    /// ../shared/reference/wheels or `$CHATTERBOX_REFERENCE_WHEELS`; without any of them the
+    /// command stops and says what to pass).
+    #[arg(long, value_name = "PATH_OR_REQUIREMENT")]
     reference: Option<String>,
+}
+
+/// The files written for `variant` (as `parity/checkpoints.py` writes them) and their rough
+/// total size.
+fn plan(variant: Variant, size: Size) -> (&'static [&'static str], &'static str) {
+    let files: &'static [&'static str] = match variant {
+        Variant::English => &[
+            "ve.safetensors",
+            "t3_cfg.safetensors",
+            "s3gen.safetensors",
+            "tokenizer.json",
+            "conds.pt",
+        ],
+        Variant::Multilingual => &[
+            "ve.pt",
+            "t3_mtl23ls_v2.safetensors",
+            "s3gen.pt",
+            "grapheme_mtl_merged_expanded_v1.json",
+            "Cangjie5_TC.json",
+            "conds.pt",
+        ],
+        Variant::Turbo => &[
+            "ve.safetensors",
+            "t3_turbo_v1.safetensors",
+            "s3gen_meanflow.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "conds.pt",
+        ],
+        Variant::Nano => &[
+            "ve.safetensors",
+            "t3_nano_v1.safetensors",
+            "s3gen_meanflow.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "conds.pt",
+        ],
+    };
+    // fp32 parameter counts (../shared/reference/weights): T3 2.13 / 2.14 / 1.92 / 0.87 GB,
+    // S3Gen 1.06 GB, VoiceEncoder 6 MB.
+    let bytes = match (size, variant) {
+        (Size::Tiny, _) => "a few MB, plus chatterbox_config.json",
+        (Size::Full, Variant::English | Variant::Multilingual) => "about 3.2 GB",
+        (Size::Full, Variant::Turbo) => "about 3.0 GB",
+        (Size::Full, Variant::Nano) => "about 1.9 GB",
+    };
+    (files, bytes)
 }
 
 fn name<T: clap::ValueEnum>(v: &T) -> String {
@@ -60,8 +109,17 @@ pub fn run(args: RandomCheckpointArgs) -> Result<i32> {
         "{} not found: the checkpoint writer is part of the pipeline's parity tooling",
         script.display()
     );
-    let reference = crate::venv::reference_source(args.reference.as_deref());
-    let python = crate::venv::ensure(&reference)?;
+    let (files, bytes) = plan(args.variant, args.size);
+    eprintln!(
+        "random {} checkpoint ({}, seed {}) for {}: {} ({bytes}); random weights, so it \
+         speaks noise",
+        name(&args.variant),
+        name(&args.size),
+        args.seed,
+        args.out.display(),
+        files.join(", "),
+    );
+    let python = crate::venv::prepare(args.reference.as_deref())?;
     let mut cmd = Command::new(python);
     cmd.arg(&script)
         .arg("--variant")

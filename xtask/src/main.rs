@@ -25,8 +25,21 @@ enum Command {
     /// Benchmark a group of stages, Rust against the PyTorch reference on this machine, and
     /// write the JSON record with ratios.
     Bench(bench::BenchArgs),
-    /// Write a complete checkpoint directory in the hub layout with random weights (from the
-    /// reference's classes via `parity/checkpoints.py`, building `parity/.venv` if needed).
+    /// Write a checkpoint directory in the hub layout with random weights, to try the pipeline
+    /// without the real models (it speaks noise) and for parity and benchmarks.
+    ///
+    /// It writes the files `--model-dir` reads for the variant (English: ve.safetensors,
+    /// t3_cfg.safetensors, s3gen.safetensors, tokenizer.json, conds.pt; the others in
+    /// docs/setup.md): about 3.2 GB for English and Multilingual, 3.0 GB for Turbo, 1.9 GB for
+    /// Nano at full size, a few MB with `--size tiny`.
+    ///
+    /// The weights come from the Python reference's own classes (parity/checkpoints.py) run in
+    /// parity/.venv. The first run builds that environment: it needs Python 3.11 or 3.12 and pip
+    /// reaching PyPI, downloads about 3 GB (6 GB on disk: PyPI's Linux torch is the CUDA build)
+    /// and takes a few minutes, with pip's progress shown; later runs reuse it. The reference
+    /// package comes from `--reference`, else `$CHATTERBOX_REFERENCE`, else the wheel in
+    /// ../shared/reference/wheels; without any of them the command stops and says what to pass.
+    /// Real checkpoints and offline set-up: docs/setup.md.
     RandomCheckpoint(checkpoint::RandomCheckpointArgs),
     /// Compile the workspace for the ARM targets (aarch64-apple-darwin with Metal,
     /// aarch64-unknown-linux-gnu), installing their standard library with rustup if needed.
@@ -41,13 +54,23 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
-    let code = match cli.command {
-        Command::Parity(args) => parity::run(args)?,
-        Command::Bench(args) => bench::run(args)?,
-        Command::RandomCheckpoint(args) => checkpoint::run(args)?,
-        Command::CheckTargets(args) => targets::run_checks(args)?,
+fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Parity(args) => parity::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::RandomCheckpoint(args) => checkpoint::run(args),
+        Command::CheckTargets(args) => targets::run_checks(args),
+    }
+}
+
+/// Errors are one `error: ...` line (with their causes), exit status 1; no Debug dump.
+fn main() {
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
     };
     std::process::exit(code);
 }

@@ -26,8 +26,9 @@ pub struct ParityArgs {
     /// Also record the full-size cases (large; never commit them).
     #[arg(long)]
     full: bool,
-    /// pip requirement for the reference package (default: the shared wheel, else upstream git
-    /// at 5de7a54; also `$CHATTERBOX_REFERENCE`).
+    /// pip requirement or path for the reference package (default: `$CHATTERBOX_REFERENCE`,
+    /// else the wheel in ../shared/reference/wheels; without either, recording stops and says
+    /// so).
     #[arg(long)]
     reference: Option<String>,
     /// Stop after the first crate with a failing row.
