@@ -162,6 +162,7 @@ pub enum WavFormatArg {
 
 /// Options shared by every subcommand: where the model comes from and where it runs.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Model, device and output")]
 pub struct RuntimeArgs {
     /// Checkpoint directory in the Hugging Face hub layout (e.g. a downloaded
     /// ResembleAI/chatterbox). Without it the model is downloaded from the hub on first use.

@@ -75,9 +75,28 @@ pub fn dtype(arg: DtypeArg) -> DType {
     }
 }
 
+/// A warning for half precision on the CPU, which candle runs several times slower than f32
+/// (no native f16/bf16 arithmetic: every operation converts).
+pub fn dtype_warning(device: &Device, dtype: DType) -> Option<String> {
+    (device.is_cpu() && dtype != DType::F32).then(|| {
+        format!(
+            "warning: --dtype {} on the CPU is several times slower than f32 (half precision is \
+             for GPUs); leave --dtype out",
+            format!("{dtype:?}").to_lowercase()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_precision_on_the_cpu_is_warned_about() {
+        assert_eq!(dtype_warning(&Device::Cpu, DType::F32), None);
+        let w = dtype_warning(&Device::Cpu, DType::BF16).unwrap_or_default();
+        assert!(w.contains("--dtype bf16") && w.contains("slower"), "{w}");
+    }
 
     #[test]
     fn the_cpu_always_opens_and_missing_backends_name_their_feature() -> Result<()> {

@@ -66,7 +66,7 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| progress::LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();

@@ -3,7 +3,7 @@
 use crate::args::{GenerationArgs, Model, SpeakArgs};
 use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output};
-use crate::progress::Progress;
+use crate::progress::{Progress, Ticker};
 use crate::source::{read_config, Source};
 use crate::{device, hub, preflight};
 use anyhow::{bail, Context, Result};
@@ -238,6 +238,9 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
     let progress = Progress::new(rt.quiet);
+    if let Some(w) = device::dtype_warning(&dev, dtype) {
+        progress.note(w);
+    }
 
     let step = progress.step(format!(
         "Loading Chatterbox {} from {}",
@@ -335,12 +338,16 @@ fn set_voice(
     Ok(())
 }
 
-/// A bar of text chunks (long texts only) and a bar of the current chunk's speech tokens.
+/// A bar of text chunks (long texts only) and a bar of the current chunk's speech tokens; off a
+/// terminal, a line per finished chunk and one every few seconds while tokens are drawn.
 struct Bars<'a> {
     progress: &'a Progress,
     max_tokens: usize,
     chunks: Option<ProgressBar>,
     tokens: Option<ProgressBar>,
+    ticker: Ticker,
+    started: Instant,
+    audio_samples: usize,
 }
 
 impl<'a> Bars<'a> {
@@ -350,6 +357,9 @@ impl<'a> Bars<'a> {
             max_tokens,
             chunks: None,
             tokens: None,
+            ticker: progress.ticker(),
+            started: Instant::now(),
+            audio_samples: 0,
         }
     }
 
@@ -369,16 +379,39 @@ impl<'a> Bars<'a> {
                 };
                 self.tokens = Some(self.progress.bar(self.max_tokens as u64, label, "tokens"));
             }
-            Event::Tokens { generated, max, .. } => {
+            Event::Tokens {
+                chunk,
+                generated,
+                max,
+            } => {
                 if let Some(t) = &self.tokens {
                     t.set_length(*max as u64);
                     t.set_position(*generated as u64);
                 }
+                if self.ticker.due() {
+                    self.progress.plain(format!(
+                        "  chunk {}: {generated} speech tokens so far (at most {max})",
+                        chunk + 1
+                    ));
+                }
             }
-            Event::ChunkFinished { index, .. } => {
+            Event::ChunkFinished {
+                index,
+                total,
+                samples,
+            } => {
                 if let Some(c) = &self.chunks {
                     c.set_position(*index as u64 + 1);
                 }
+                self.audio_samples += samples;
+                let secs = *samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+                let all = self.audio_samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+                self.progress.plain(format!(
+                    "chunk {}/{total} done: {secs:.1} s of audio ({all:.1} s in all, {:.0} s \
+                     elapsed)",
+                    index + 1,
+                    self.started.elapsed().as_secs_f64()
+                ));
             }
             _ => {}
         }

@@ -187,6 +187,15 @@ fn speak_clones_a_voice_reproducibly_and_reuses_saved_voices() -> R<()> {
         stderr.contains("Wrote") && stderr.contains("a.wav"),
         "{stderr}"
     );
+    // Standard error is a pipe here: plain progress lines, not silence.
+    for line in [
+        "Loading Chatterbox english from",
+        "✓ Loaded Chatterbox english on cpu",
+        "✓ Analysed the voice in",
+        "chunk 1/1 done:",
+    ] {
+        anyhow::ensure!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
     let wav_a = read(&a)?;
     anyhow::ensure!(voice.is_file(), "--save-voice wrote nothing");
 
@@ -403,5 +412,44 @@ fn sigterm_keeps_the_finished_chunks_and_the_old_output() -> R<()> {
     let (samples, _) = wav_counts(&partial)?;
     anyhow::ensure!(samples > 0, "no audio kept");
     anyhow::ensure!(read(&partial)?.len() == samples as usize);
+    Ok(())
+}
+
+#[test]
+fn rust_log_info_shows_each_stage() -> R<()> {
+    let s = setup()?;
+    let out = s.dir.with_file_name("log.wav");
+    let o = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .args([
+            "speak",
+            "Hello there.",
+            "--model-dir",
+            p(&s.dir),
+            "--voice",
+            p(&s.ref_wav),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "8",
+            "--quiet",
+            "-o",
+            p(&out),
+        ])
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    ok(&o)?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    for stage in [
+        "loading T3",
+        "model loaded",
+        "analysing the voice clip",
+        "T3: speech tokens",
+        "S3Gen flow: mel",
+        "HiFT: waveform",
+    ] {
+        anyhow::ensure!(err.contains(stage), "no {stage:?} in:\n{err}");
+    }
     Ok(())
 }

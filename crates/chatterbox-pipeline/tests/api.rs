@@ -229,9 +229,22 @@ fn turbo_needs_five_seconds() {
     o.max_new_tokens = 6;
     let tokens = tts.post_process_tokens(&[1, 2, 6561, 3]);
     assert_eq!(tokens, vec![1, 2, 3, S3GEN_SIL, S3GEN_SIL, S3GEN_SIL]);
-    let audio = tts.generate("Hello there.", &o).unwrap();
+    let mut events = Vec::new();
+    let audio = tts
+        .generate_with_progress("Hello there.", &o, &mut |p| events.push(p.clone()))
+        .unwrap();
     assert_eq!(audio.sample_rate, 24_000);
     assert!(!audio.samples.is_empty() && audio.samples.iter().all(|v| v.is_finite()));
+    // Turbo draws up to max_gen_len + 1 tokens; the reported count stops at the maximum.
+    let reported: Vec<(usize, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Progress::Tokens { generated, max, .. } => Some((*generated, *max)),
+            _ => None,
+        })
+        .collect();
+    assert!(!reported.is_empty());
+    assert!(reported.iter().all(|(g, m)| g <= m), "{reported:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -259,6 +272,12 @@ fn chunked_generation_streams_and_reports_progress() {
     assert_eq!(started, 2);
     assert_eq!(finished.len(), 2);
     assert!(events.iter().any(|e| matches!(e, Progress::Tokens { .. })));
+    // The token count never passes its maximum (the stop token may come after max draws).
+    for e in &events {
+        if let Progress::Tokens { generated, max, .. } = e {
+            assert!(generated <= max, "{generated} of {max}");
+        }
+    }
     // Two chunks joined with a 50 ms crossfade: the overlap is counted once.
     let fade = 24_000 * 50 / 1000;
     let overlap = fade.min(finished[0]).min(finished[1]);

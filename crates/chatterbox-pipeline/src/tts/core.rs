@@ -106,18 +106,8 @@ impl TtsCore {
         } else {
             require(dir, files.tokenizer, "text tokenizer", name)?
         };
-        let ve = if ve_path.extension().is_some_and(|e| e == "safetensors") {
-            VoiceEncoder::from_safetensors(&ve_path, &cfg.ve, device)
-        } else {
-            VoiceEncoder::from_pth(&ve_path, &cfg.ve, device)
-        }
-        .map_err(PipelineError::from)
-        .map_err(loading(&ve_path))?;
-        let t3 = T3::load_with_config(&cfg.t3, &[&t3_path], dtype, device)
-            .map_err(PipelineError::from)
-            .map_err(loading(&t3_path))?;
-        let vb = var_builder(&s3_path, DType::F32, device)?;
-        let s3gen = S3Gen::new(&cfg.s3gen, vb, dtype).map_err(loading(&s3_path))?;
+        // The small files first: a broken tokenizer or voice file fails before gigabytes of
+        // weights are read.
         let text = TextFrontend::from_checkpoint_dir(dir, text_variant)
             .map_err(PipelineError::from)
             .map_err(loading(&tok_path))?;
@@ -125,6 +115,27 @@ impl TtsCore {
             Some(p) => Some(Conditionals::load(&p, device)?),
             None => None,
         };
+        let started = std::time::Instant::now();
+        tracing::info!(path = %ve_path.display(), "loading the VoiceEncoder");
+        let ve = if ve_path.extension().is_some_and(|e| e == "safetensors") {
+            VoiceEncoder::from_safetensors(&ve_path, &cfg.ve, device)
+        } else {
+            VoiceEncoder::from_pth(&ve_path, &cfg.ve, device)
+        }
+        .map_err(PipelineError::from)
+        .map_err(loading(&ve_path))?;
+        tracing::info!(path = %t3_path.display(), ?dtype, "loading T3");
+        let t3 = T3::load_with_config(&cfg.t3, &[&t3_path], dtype, device)
+            .map_err(PipelineError::from)
+            .map_err(loading(&t3_path))?;
+        tracing::info!(path = %s3_path.display(), "loading S3Gen");
+        let vb = var_builder(&s3_path, DType::F32, device)?;
+        let s3gen = S3Gen::new(&cfg.s3gen, vb, dtype).map_err(loading(&s3_path))?;
+        tracing::info!(
+            variant = name,
+            secs = started.elapsed().as_secs_f64(),
+            "model loaded"
+        );
         Ok(Self {
             variant,
             t3,
@@ -185,6 +196,10 @@ impl TtsCore {
         exaggeration: f32,
     ) -> Result<Conditionals> {
         let _span = tracing::debug_span!("prepare_conditionals").entered();
+        tracing::info!(
+            secs = clip.duration_secs(),
+            "analysing the voice clip (speech tokens, speaker embeddings)"
+        );
         if !exaggeration.is_finite() {
             return Err(invalid(
                 "exaggeration",
@@ -264,10 +279,12 @@ impl TtsCore {
         let language = self.language(opts)?;
         let ids = self.text.text_tokens(text, language)?;
         let max = opts.max_new_tokens;
+        let t3_started = std::time::Instant::now();
         let mut on_token = |generated: usize| {
             progress(&Progress::Tokens {
                 chunk,
-                generated,
+                // The stop token can come after `max` drawn tokens: never report more than max.
+                generated: generated.min(max),
                 max,
             })
         };
@@ -314,6 +331,13 @@ impl TtsCore {
             }
             v
         };
+        tracing::info!(
+            chunk,
+            text_tokens = ids.len(),
+            speech_tokens = raw_tokens.len(),
+            secs = t3_started.elapsed().as_secs_f64(),
+            "T3: speech tokens"
+        );
         let speech_tokens = self.post_process(&raw_tokens);
         if speech_tokens.is_empty() {
             return Err(PipelineError::NoSpeechTokens {
@@ -324,11 +348,25 @@ impl TtsCore {
         let s3opts = S3GenOptions {
             n_cfm_timesteps: opts.n_cfm_timesteps.or(self.is_turbo().then_some(2)),
         };
+        let flow_started = std::time::Instant::now();
         let mel = self
             .s3gen
             .flow_inference(&speech_tokens, &conds.gen, &s3opts, draws)?;
+        tracing::info!(
+            chunk,
+            frames = mel.dim(candle_core::D::Minus1)?,
+            secs = flow_started.elapsed().as_secs_f64(),
+            "S3Gen flow: mel"
+        );
+        let hift_started = std::time::Instant::now();
         let wav = self.s3gen.hift_inference(&mel, draws)?;
         let mut wav = wav.squeeze(0)?.to_vec1::<f32>()?;
+        tracing::info!(
+            chunk,
+            audio_secs = wav.len() as f64 / f64::from(S3GEN_SR),
+            secs = hift_started.elapsed().as_secs_f64(),
+            "HiFT: waveform"
+        );
         if self.variant == Variant::Multilingual {
             // Drop the final speech token's audio (emitted just before EOS; ~40 ms of noise).
             let st_len = speech_tokens.len().saturating_sub(1).max(1);
