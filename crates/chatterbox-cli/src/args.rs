@@ -216,6 +216,11 @@ pub struct SpeakArgs {
     /// el en es fi fr he hi it ja ko ms nl no pl pt ru sv sw tr zh.
     #[arg(short, long, value_name = "CODE")]
     pub language: Option<String>,
+    /// Japanese kanji readings for the multilingual model: the dictionary exported from
+    /// pykakasi (crates/chatterbox-kakasi/README.md). Needs a chatterbox built with
+    /// `--features kakasi` (GPL-3.0-or-later).
+    #[arg(long, value_name = "FILE", env = "CHATTERBOX_KAKASI_DICT")]
+    pub kakasi_dict: Option<PathBuf>,
     /// Multilingual T3 checkpoint: v2 (default), v3, or a .safetensors file name in the model
     /// directory.
     #[arg(long, value_name = "VERSION")]

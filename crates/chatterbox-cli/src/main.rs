@@ -8,6 +8,7 @@ mod device;
 mod hub;
 mod input;
 mod interrupt;
+mod japanese;
 mod output;
 mod preflight;
 mod progress;

@@ -5,7 +5,7 @@ use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output};
 use crate::progress::{Progress, Ticker};
 use crate::source::{read_config, Source};
-use crate::{device, hub, preflight};
+use crate::{device, hub, japanese, preflight};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
@@ -213,6 +213,10 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         Some(v) => MultilingualT3::parse(v)?,
         None => MultilingualT3::V2,
     };
+    japanese::check_applies(
+        args.model == Model::Multilingual,
+        args.kakasi_dict.as_deref(),
+    )?;
     let opts = options(args.model, &args.gen, language.as_deref(), rt.seed)?;
     let text = read_text(args.text.as_deref(), args.file.as_deref())?;
     let voice_audio = match &args.voice {
@@ -235,6 +239,11 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     preflight::check_text(&text, &opts, &cfg)?;
     let builtin_voice = args.voice.is_none() && args.voice_file.is_none();
     preflight::check_checkpoint(variant(args.model), &mtl, &src, builtin_voice)?;
+    let kanji_reader = args
+        .kakasi_dict
+        .as_deref()
+        .map(japanese::load_reader)
+        .transpose()?;
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
     let progress = Progress::new(rt.quiet);
@@ -249,6 +258,13 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     ));
     let mut tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
         .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?;
+    if let Tts::Multilingual(m) = &mut tts {
+        if kanji_reader.is_none() && language.as_deref() == Some("ja") && japanese::has_kanji(&text)
+        {
+            progress.note(japanese::missing_reader_warning());
+        }
+        m.set_kanji_reader(kanji_reader);
+    }
     step.done(format!(
         "Loaded Chatterbox {} on {}",
         variant(args.model).name(),

@@ -2,11 +2,13 @@
 //! 5de7a54): `punc_norm`, then the variant's tokenizer.
 use crate::en_tokenizer::EnTokenizer;
 use crate::error::Result;
+use crate::japanese::KanjiReader;
 use crate::language::Language;
 use crate::mtl_tokenizer::MTLTokenizer;
 use crate::punc_norm::{punc_norm_checked, Variant};
 use crate::turbo_tokenizer::TurboTokenizer;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The text front end of one model variant.
 #[derive(Debug, Clone)]
@@ -57,6 +59,19 @@ impl TextFrontend {
             Self::English(t) => t.encode(&text),
             Self::Multilingual(t) => t.encode(&text, language),
             Self::Turbo(t) => t.encode(&text),
+        }
+    }
+
+    /// Sets the multilingual tokenizer's Japanese kanji reader (pykakasi's role; the
+    /// GPL-3.0-or-later crate `chatterbox-kakasi` provides one). Returns `false`, changing
+    /// nothing, for the English and Turbo front ends, which never read Japanese.
+    pub fn set_kanji_reader(&mut self, reader: Option<Arc<dyn KanjiReader>>) -> bool {
+        match self {
+            Self::Multilingual(t) => {
+                *t = t.clone().with_kanji_reader(reader);
+                true
+            }
+            Self::English(_) | Self::Turbo(_) => false,
         }
     }
 

@@ -154,3 +154,27 @@ fn frontends_load_from_checkpoint_dirs() {
     assert_eq!(tags[0], laugh);
     assert!(tags.contains(&t.inner().token_to_id("[clear throat]").unwrap()));
 }
+
+#[test]
+fn a_kanji_reader_set_on_the_frontend_reads_japanese() {
+    use chatterbox_text::Segment;
+    use std::sync::Arc;
+    let mut mtl =
+        TextFrontend::from_checkpoint_dir(assets().join("mtl"), Variant::Multilingual).unwrap();
+    let without = mtl.text_tokens("日本", Some(Language::Japanese)).unwrap();
+    // A reader that reads every input as にほん.
+    let reader = |text: &str| {
+        vec![Segment {
+            orig: text.to_string(),
+            hira: "にほん".into(),
+        }]
+    };
+    assert!(mtl.set_kanji_reader(Some(Arc::new(reader))));
+    let with = mtl.text_tokens("日本", Some(Language::Japanese)).unwrap();
+    assert_ne!(with, without, "the reader changed nothing");
+    let mut en = TextFrontend::from_checkpoint_dir(assets().join("en"), Variant::English).unwrap();
+    assert!(
+        !en.set_kanji_reader(Some(Arc::new(reader))),
+        "English takes no reader"
+    );
+}

@@ -218,6 +218,16 @@ pub struct ChatterboxMultilingualTts {
 }
 
 impl ChatterboxMultilingualTts {
+    /// Sets the Japanese kanji → hiragana reader (pykakasi's role in the reference; the
+    /// GPL-3.0-or-later crate `chatterbox-kakasi` provides one). Without one, Japanese kanji
+    /// reach the tokenizer as they are, as in the reference without pykakasi.
+    pub fn set_kanji_reader(
+        &mut self,
+        reader: Option<std::sync::Arc<dyn chatterbox_text::KanjiReader>>,
+    ) {
+        self.core.text.set_kanji_reader(reader);
+    }
+
     /// `from_local(ckpt_dir, device)` with the v2 T3.
     pub fn from_dir(dir: impl AsRef<Path>, device: &Device, dtype: DType) -> Result<Self> {
         Self::from_dir_with_model(dir, &MultilingualT3::V2, device, dtype)
