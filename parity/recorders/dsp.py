@@ -24,6 +24,7 @@ LINEAR_RTOL = 1e-5   # STFT, power mel, resampled signal: f32 rounding relative 
 FILTER_RTOL = 1e-6   # filterbanks are computed in f64 on both sides and stored as f32
 PCM_ATOL = 1e-7      # integer PCM decodes to the same exactly representable floats
 HQ_MIN_SNR = 50.0    # a different (rubato) resampler than librosa's soxr_hq: judged by SNR
+SOXR_RTOL = 1e-6     # libsoxr on both sides, called alike: bit-identical on x86-64 (measured 0)
 
 
 def record(rec):
@@ -35,6 +36,7 @@ def record(rec):
     _trim(rec, c)
     _resample(rec, c)
     _decode(rec, c)
+    _soxr_route(rec, c)
 
 
 def _stft(rec, c):
@@ -198,3 +200,39 @@ def _decode(rec, c):
 # Lossy codecs: two decoders of the same bitstream (symphonia vs libsndfile's libvorbis/mpg123)
 # round differently in their float synthesis; measured in the first recording (docs/parity.md).
 LOSSY_ATOL = 1e-4
+
+
+def _soxr_route(rec, c):
+    # The reference's route for a voice clip (tts.py `prepare_conditionals`): `librosa.load(path,
+    # sr=24000)` (soundfile read, channel mean, soxr_hq), then `librosa.resample(wav_24k,
+    # orig_sr=24000, target_sr=16000)` (soxr_hq); and vc.py's `librosa.load(path, sr=16000)`.
+    # Exact only with chatterbox-dsp's `soxr` feature, so these live in their own folder,
+    # `dsp/soxr`, which only that build's parity test reads.
+    sub = f"{c}/soxr"
+    cases = [
+        ("load_44100_stereo_24000_16000", "PCM_16", 44100, 2, 0.1, [24000, 16000]),
+        ("load_22050_mono_24000_16000", "PCM_16", 22050, 1, 0.2, [24000, 16000]),
+        ("load_48000_mono_24000_16000", "PCM_24", 48000, 1, 0.1, [24000, 16000]),
+        ("load_44100_mono_16000", "PCM_16", 44100, 1, 0.1, [16000]),
+    ]
+    for i, (case, subtype, sr, ch, secs, rates) in enumerate(cases):
+        if not rec.want(sub, case, "load_soxr"):
+            continue
+        x = np.stack([speech_like(sr, secs, seed=60 + i + k, peak=0.8) for k in range(ch)], axis=1)
+        buf = io.BytesIO()
+        sf.write(buf, x, sr, format="WAV", subtype=subtype)
+        data = np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
+        path = "/tmp/chatterbox-parity-soxr.wav"
+        with open(path, "wb") as f:
+            f.write(data.tobytes())
+        y, got_sr = librosa.load(path, sr=rates[0])
+        assert got_sr == rates[0]
+        outs = {f"y_{rates[0]}": y}
+        for prev, new in zip(rates, rates[1:]):
+            y = librosa.resample(y, orig_sr=prev, target_sr=new)
+            outs[f"y_{new}"] = y
+        rec.case(sub, case, "load_soxr", {"file": data}, outs,
+                 {k: rel_tol(SOXR_RTOL) for k in outs},
+                 config=dict(extension=".wav", rates=rates),
+                 notes="librosa.load(sr=rates[0]) then librosa.resample to each next rate, soxr_hq "
+                       "(python-soxr 1.1.0); matched by chatterbox-dsp's `soxr` feature")

@@ -168,6 +168,65 @@ fn audio_decode(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)
     ])
 }
 
+/// The reference's route for a voice clip: `librosa.load(path, sr=rates[0])` (decode, channel
+/// mean, soxr_hq), then `librosa.resample` (soxr_hq) to each next rate. Exact only with the
+/// `soxr` feature; its fixtures live in `dsp/soxr`, which the default build does not compare.
+#[cfg(feature = "soxr")]
+fn load_soxr(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
+    use chatterbox_dsp::resample::HqEngine;
+    let bytes: Vec<u8> = fx
+        .input_i64("file")?
+        .data
+        .iter()
+        .map(|&b| b as u8)
+        .collect();
+    let ext: String = fx.config("extension")?;
+    let rates: Vec<u32> = fx.config("rates")?;
+    let audio = chatterbox_dsp::audio::decode(bytes, Some(&ext)).map_err(e)?;
+    let mut outs = Vec::new();
+    let mut rate = audio.sample_rate;
+    let mut wav = audio.samples;
+    for &to in &rates {
+        let mut r = HqResampler::new(rate, to).map_err(e)?;
+        if r.engine() != HqEngine::Soxr {
+            return Err(e("the soxr feature's default engine is not libsoxr"));
+        }
+        wav = r.process(&wav).map_err(e)?;
+        rate = to;
+        outs.push(out(&format!("y_{to}"), Array::vector(wav.clone())));
+    }
+    Ok(outs)
+}
+
+/// The `dsp/soxr` cases (exact libsoxr resampling), with the `soxr` feature:
+/// `cargo test -p chatterbox-dsp --features soxr --test parity`.
+#[cfg(feature = "soxr")]
+#[test]
+fn dsp_soxr_parity() {
+    Suite::new("dsp/soxr")
+        .case("load_soxr", load_soxr)
+        .run_and_assert();
+}
+
+/// Without the `soxr` feature the `dsp/soxr` cases are skipped: rubato cannot match libsoxr
+/// to their tolerance (the `resample_hq` rows judge it by SNR instead). Their fixtures must
+/// still load.
+#[cfg(not(feature = "soxr"))]
+#[test]
+fn dsp_soxr_parity() {
+    let root = chatterbox_testkit::committed_fixtures_root();
+    let fixtures = Fixture::discover(&root, "dsp/soxr").unwrap();
+    assert!(!fixtures.is_empty(), "no fixtures under dsp/soxr");
+    for fx in &fixtures {
+        assert_eq!(fx.meta.kind, "load_soxr", "{}", fx.meta.case);
+    }
+    println!(
+        "dsp/soxr: {} cases skipped (exact libsoxr resampling): run \
+         `cargo test -p chatterbox-dsp --features soxr --test parity`",
+        fixtures.len()
+    );
+}
+
 #[test]
 fn dsp_parity() {
     Suite::new("dsp")

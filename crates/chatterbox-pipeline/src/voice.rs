@@ -11,8 +11,11 @@ use std::path::Path;
 /// (the VoiceEncoder and T3's prompt tokens).
 ///
 /// The reference converts with soxr (`librosa.load`, `librosa.resample`); this crate uses
-/// chatterbox-dsp's high-quality resampler, a different filter (66-74 dB SNR against soxr on
-/// speech). [`VoiceClip::from_parts`] takes both signals as they are, for exact comparisons.
+/// chatterbox-dsp's high-quality resampler. With the `soxr` feature that is libsoxr called as
+/// the reference calls it (the same samples); without it, rubato, a different filter (66-74 dB
+/// SNR against soxr on speech, which can change a speech-token code of T3's prompt for a clip
+/// not at 24 kHz). [`VoiceClip::from_parts`] takes both signals as they are, for exact
+/// comparisons.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VoiceClip {
     /// The clip at 24 kHz.
