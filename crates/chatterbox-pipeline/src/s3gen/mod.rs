@@ -140,11 +140,17 @@ impl S3Gen {
         let mut tokens = tokens.to_vecs()?.into_iter().next().unwrap_or_default();
         let mut keep_frames = frames;
         if frames != 2 * tokens.len() {
-            tracing::warn!(
-                frames,
-                tokens = tokens.len(),
-                "reference mel length is not equal to 2 * reference token length"
-            );
+            // A frame or two either way is what clips of ordinary lengths give (the mel and
+            // the tokenizer round the length differently): not worth a warning.
+            if frames.abs_diff(2 * tokens.len()) > 2 {
+                tracing::warn!(
+                    frames,
+                    tokens = tokens.len(),
+                    "reference mel length is not equal to 2 * reference token length"
+                );
+            } else {
+                tracing::debug!(frames, tokens = tokens.len(), "mel/token length rounding");
+            }
             tokens.truncate(frames / 2);
             keep_frames = frames.min(2 * tokens.len());
         }
