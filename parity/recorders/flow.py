@@ -27,10 +27,29 @@ shape mismatch (flow.py L168-181, flow_matching.py L128). The case records it th
 (which this code was copied from) does it: the mask of the trimmed length. The encoder is
 wrapped so that the mask it returns is trimmed too; every other line is the reference's.
 
+Streaming (issue 21), `stream_cfg` (10-step CFG flow) and `stream_meanflow` (2-step meanflow), kind
+`flow_stream`: the reference's own primitives driven through the chunk schedule of the upstream
+CosyVoice2 lineage this code was copied from (cosyvoice/cli/model.py `CosyVoice2Model.tts(stream=True)`
+and `token2wav`; chatterbox ships no streamer of its own). Speech tokens (random ids) arrive; a
+chunk runs as soon as `hop + pre_lookahead_len` tokens follow the emitted ones, as
+`flow.inference(prompt + tokens[:offset + hop + lookahead], finalize=False)`, and keeps the mel
+frames not yet emitted (`feat[:, :, offset * token_mel_ratio:]`); the rest of the tokens go in one
+`finalize=True` call. `hops` (tokens made final per chunk, the last one repeating) is the schedule:
+CosyVoice2 uses 25 throughout; here a short first chunk, as issue 21 asks. Outputs: every chunk's
+new mel frames (`mel_<k>`). The CFM noise is per frame position (frame i gets the same noise in
+every chunk, like CosyVoice2's fixed `rand_noise[:, :, :T]`): `torch.randn_like(mu)` returns the
+recorded `noise[..., :T]`; the meanflow case passes `noised_mels = noise[..., prompt:T]` as
+`S3Token2Wav.flow_inference` passes its draw. Weights are those of the `flow` / `flow_meanflow`
+cases (rebuilt identically, checked, not stored again: `weights_case`). The HiFT half of the same
+run is recorded by recorders/vocoder.py (`vocoder/stream_*`).
+
 `--full` adds the full-size encoder and flows (S3Gen's configuration, random weights, 50 prompt +
 50 new tokens; ~0.15 + 0.45 + 0.46 GB): write them outside the repository (`--out /tmp/full`).
 """
+import os
+
 import torch
+from safetensors.torch import load_file
 
 from chatterbox.models.s3gen.configs import CFM_PARAMS
 from chatterbox.models.s3gen.decoder import ConditionalDecoder
@@ -38,7 +57,7 @@ from chatterbox.models.s3gen.flow import CausalMaskedDiffWithXvec
 from chatterbox.models.s3gen.flow_matching import CausalConditionalCFM
 from chatterbox.models.s3gen.transformer.upsample_encoder import (
     PreLookaheadLayer, Upsample1D, UpsampleConformerEncoder)
-from common import exact, rel_tol
+from common import exact, patched, rel_tol
 
 COMPONENT = "flow"
 
@@ -155,6 +174,7 @@ def record(rec):
     _encoder(rec, c)
     _flow(rec, c, "flow", TINY_ENCODER, TINY_DECODER, meanflow=False)
     _flow(rec, c, "flow_meanflow", TINY_ENCODER, TINY_DECODER, meanflow=True)
+    record_stream(rec, c)
     if rec.full:
         _encoder(rec, c, "full_encoder_b2_padded", FULL_ENCODER, t=60)
         _flow(rec, c, "full_flow", FULL_ENCODER, FULL_DECODER, meanflow=False, n_prompt=50, n_tok=50)
@@ -278,3 +298,101 @@ def _flow(rec, c, case, enc_cfg, dec_cfg, meanflow, n_prompt=5, n_tok=7):
     config = dict(encoder=enc_cfg, decoder=dict(dec_cfg, meanflow=meanflow), flow=flow_config(flow), cfm=CFM,
                   meanflow=meanflow, n_timesteps=steps)
     rec.case(c, case, kind, inputs, outputs, tol, config=config, state_dict=state)
+
+
+# ---------------------------------------------------------------- streaming (issue 21)
+
+# case: (meanflow, prompt tokens, speech tokens, hops). Each gives at least three chunks, the
+# last one the finalize=True call.
+STREAM_CASES = {
+    "stream_cfg": (False, 5, 30, [10, 8]),
+    "stream_meanflow": (True, 5, 24, [10, 6]),
+}
+
+
+def stream_chunks(n_tok, hops, lookahead):
+    """`CosyVoice2Model.tts(stream=True)`'s chunks once `n_tok` tokens have arrived: while
+    `hop + lookahead` tokens follow the offset, a finalize=False chunk on
+    tokens[:offset + hop + lookahead] makes tokens [offset, offset + hop) final; then one
+    finalize=True chunk on every token. Returns `(tokens given, finalize, offset)` per chunk."""
+    chunks, offset = [], 0
+    while True:
+        hop = hops[min(len(chunks), len(hops) - 1)]
+        if n_tok - offset < hop + lookahead:
+            break
+        chunks.append((offset + hop + lookahead, False, offset))
+        offset += hop
+    chunks.append((n_tok, True, offset))
+    return chunks
+
+
+def check_weights(rec, component, case, state):
+    """The stream cases reuse the weights of `case` (rebuilt the same way, not stored again):
+    check that they are the ones committed there."""
+    path = os.path.join(rec.out, component, f"{case}.safetensors")
+    assert os.path.exists(path), f"{path} missing: record {component}/{case} too"
+    stored = {k: v for k, v in load_file(path).items() if not k.startswith(("in.", "out."))}
+    assert stored.keys() == state.keys(), f"{case}: state_dict keys differ"
+    for k, v in state.items():
+        assert torch.equal(stored[k], v), f"{case}: {k} differs from the committed weights"
+
+
+def stream_flow_run(rec, case):
+    """The flow half of a stream case through the reference's `CausalMaskedDiffWithXvec.inference`:
+    returns (inputs, mel chunks, config); the vocoder recorder takes the mel chunks on."""
+    meanflow, n_prompt, n_tok, hops = STREAM_CASES[case]
+    flow = build_flow(TINY_ENCODER, TINY_DECODER, meanflow)
+    check_weights(rec, COMPONENT, "flow_meanflow" if meanflow else "flow", flow.state_dict())
+    est = flow.decoder.estimator
+    ratio, look = flow.token_mel_ratio, flow.pre_lookahead_len
+    steps = 2 if meanflow else 10
+    g = torch.Generator().manual_seed(rec.seed + (31 if meanflow else 30))
+    tok = torch.randint(0, 6561, (1, n_tok), generator=g)
+    ptok = torch.randint(0, 6561, (1, n_prompt), generator=g)
+    pfeat = torch.randn(1, ratio * n_prompt, 80, generator=g)
+    emb = torch.randn(1, 192, generator=g)
+    noise = torch.randn(1, 80, ratio * (n_prompt + n_tok), generator=g)
+    chunks = stream_chunks(n_tok, hops, look)
+    assert len(chunks) >= 3, chunks
+
+    def randn_like(x, *args, **kwargs):
+        assert x.shape[:2] == noise.shape[:2] and x.shape[2] <= noise.shape[2], x.shape
+        return noise[..., :x.shape[2]].clone().to(x.dtype)
+
+    mels = []
+    for n, finalize, offset in chunks:
+        T = ratio * (n_prompt + n) - (0 if finalize else look * ratio)
+        noised = noise[..., ratio * n_prompt:T] if meanflow else None
+        if not finalize:
+            flow.encoder = TrimmedMaskEncoder(flow.encoder, look * ratio)
+        hook = FirstCall(est)
+        with torch.inference_mode(), patched(torch, "randn_like", randn_like):
+            feat, _ = flow.inference(token=tok[:, :n], token_len=torch.tensor([n]), prompt_token=ptok,
+                                     prompt_token_len=torch.tensor([n_prompt]), prompt_feat=pfeat,
+                                     prompt_feat_len=None, embedding=emb, finalize=finalize,
+                                     n_timesteps=steps, noised_mels=noised, meanflow=meanflow)
+        hook.remove()
+        if not finalize:
+            flow.encoder = flow.encoder.encoder
+        assert torch.equal(hook.x[:1], noise[..., :T]), "the solver did not start from the noise"
+        assert feat.shape[2] == T - ratio * n_prompt
+        mels.append(feat[:, :, offset * ratio:].contiguous())
+    assert sum(m.shape[2] for m in mels) == ratio * n_tok
+    inputs = dict(token=tok, prompt_token=ptok, prompt_feat=pfeat, embedding=emb, noise=noise)
+    config = dict(encoder=TINY_ENCODER, decoder=dict(TINY_DECODER, meanflow=meanflow), flow=flow_config(flow),
+                  cfm=CFM, meanflow=meanflow, n_timesteps=steps, weights_case="flow_meanflow" if meanflow else "flow",
+                  hops=hops, n_prompt=n_prompt,
+                  chunks=[dict(tokens=n, finalize=f, offset=o) for n, f, o in chunks])
+    return inputs, mels, config
+
+
+def record_stream(rec, c):
+    kind = "flow_stream"
+    for case in STREAM_CASES:
+        if not rec.want(c, case, kind):
+            continue
+        inputs, mels, config = stream_flow_run(rec, case)
+        outputs = {f"mel_{k}": m for k, m in enumerate(mels)}
+        tol = {k: rel_tol(SOLVE_RTOL) for k in outputs}
+        rec.case(c, case, kind, inputs, outputs, tol, config=config,
+                 notes=f"{len(mels)} chunks of {[m.shape[2] for m in mels]} mel frames")

@@ -21,12 +21,27 @@ reference runs. `SourceModuleHnNSF`'s own noise branch is drawn but unused by `i
   the whole chain from the mel (`wav_chain`), and `S3Token2Wav`'s trim_fade on top (`wav_faded`).
 * `hift_inference_cache` (inference): the same with `cache_source` (a previous chunk's source).
 
+Streaming (issue 21), `stream_cfg` and `stream_meanflow` (kind `hift_stream`): the HiFT half of the
+flow recorder's stream cases (recorders/flow.py `STREAM_CASES`; same run, same mel chunks), as the
+upstream CosyVoice2 lineage's `CosyVoice2Model.token2wav` joins chunks (chatterbox ships no
+streamer): each chunk's new mel frames (`mel_<k>`, inputs) go to `mel2wav.inference` behind the
+last `STREAM_MEL_CACHE` frames of the previous HiFT input, with `cache_source` = the last
+`STREAM_MEL_CACHE * 480` samples of the previous source; the first that many samples of the new
+waveform are crossfaded with the previous waveform's held-back tail (`fade_in_out`, a Hamming
+window of twice that length: CosyVoice's own glue, copied below), and every chunk but the last
+holds its last that many samples back. S3Token2Wav's trim_fade applies once, to the start of the
+stream. Outputs: the audio each chunk makes final (`audio_<k>`). Draws: per chunk, SineGen's
+phases (`phase_<k>`) and its noise as a (1, H, STREAM_SINE_PERIOD) block tiled over time
+(`noise_block_<k>`, as recorders/pipeline.py does). Weights: the `hift_inference` case's
+(`weights_case`, rebuilt and checked, not stored again).
+
 `--full` adds `hift_full_inference` (200 mel frames, 4 s) and `hift_full_decode_legacy_keys`
 (50 frames): S3Gen's full-size HiFT (random weights, 83 MB each); write them outside the
 repository (`--out /tmp/full`).
 """
 import math
 
+import numpy as np
 import torch
 
 from chatterbox.models.s3gen import hifigan
@@ -174,6 +189,7 @@ def record(rec):
     _decode_legacy(rec, c)
     _inference(rec, c, "hift_inference", frames=16, mel_seed=11, cache=0)
     _inference(rec, c, "hift_inference_cache", frames=8, mel_seed=12, cache=3)
+    record_stream(rec, c)
     if rec.full:
         _decode_legacy(rec, c, full=True)
         _inference(rec, c, "hift_full_inference", frames=200, mel_seed=13, cache=0, full=True)
@@ -256,3 +272,109 @@ def _inference(rec, c, case, frames, mel_seed, cache, full=False):
              state_dict=m.state_dict(),
              notes=f"{voiced} of {frames} frames voiced; f0 {f0.min():.1f}..{f0.max():.1f} Hz; "
                    f"phase draws include the fundamental's (zeroed by SineGen)")
+
+
+# ---------------------------------------------------------------- streaming (issue 21)
+
+STREAM_MEL_CACHE = 8        # CosyVoice2Model.mel_cache_len: mel frames re-synthesised at each join
+STREAM_SINE_PERIOD = 480    # SineGen's noise per HiFT call: a recorded block tiled over time (budget)
+
+
+def fade_in_out(fade_in_mel, fade_out_mel, window):
+    """cosyvoice/utils/common.py `fade_in_out` (upstream CosyVoice), as CosyVoice2Model.token2wav
+    calls it on waveforms: the head of the new chunk fades in over the previous chunk's tail."""
+    fade_in_mel = fade_in_mel.clone()
+    mel_overlap_len = int(window.shape[0] / 2)
+    fade_in_mel[..., :mel_overlap_len] = fade_in_mel[..., :mel_overlap_len] * window[:mel_overlap_len] + \
+        fade_out_mel[..., -mel_overlap_len:] * window[mel_overlap_len:]
+    return fade_in_mel
+
+
+class TiledDrawCapture:
+    """DrawCapture for one `inference` call, with SineGen's noise (the first `torch.randn_like`;
+    the second is SourceModuleHnNSF's unused noise) replaced by its first `period` samples tiled
+    over time."""
+
+    def __init__(self, period):
+        self.period = period
+        self.phases, self.blocks, self.calls = [], [], 0
+
+    def __enter__(self):
+        cap = self
+        self._old = (hifigan.Uniform, torch.randn_like)
+        base_uniform, base_randn_like = self._old
+
+        class Uniform(base_uniform):
+            def sample(self, *args, **kwargs):
+                x = super().sample(*args, **kwargs)
+                cap.phases.append(x.clone())
+                return x
+
+        def randn_like(x, *args, **kwargs):
+            y = base_randn_like(x, *args, **kwargs)
+            cap.calls += 1
+            if cap.calls == 1:
+                block = y[..., :cap.period].clone()
+                reps = -(-y.shape[-1] // cap.period)
+                y = block.repeat(1, 1, reps)[..., :y.shape[-1]].contiguous()
+                cap.blocks.append(block)
+            return y
+
+        hifigan.Uniform = Uniform
+        torch.randn_like = randn_like
+        return self
+
+    def __exit__(self, *exc):
+        hifigan.Uniform, torch.randn_like = self._old
+
+
+@torch.no_grad()
+def record_stream(rec, c):
+    from recorders.flow import STREAM_CASES, check_weights, stream_flow_run
+    kind = "hift_stream"
+    for i, case in enumerate(STREAM_CASES):
+        if not rec.want(c, case, kind):
+            continue
+        _, mels, flow_cfg = stream_flow_run(rec, case)
+        m = tiny_model(speech_mel(16, seed=11))   # the hift_inference case's model
+        check_weights(rec, c, "hift_inference", m.state_dict())
+        hop = int(np.prod(TINY["upsample_rates"])) * m.istft_params["hop_len"]   # 480 samples per mel frame
+        cache_len = STREAM_MEL_CACHE * hop
+        window = np.hamming(2 * cache_len)
+        thr = m.m_source.l_sin_gen.voiced_threshold
+        torch.manual_seed(rec.seed + 40 + i)
+        cache, audio, inputs, voiced = None, [], {}, []
+        for k, mel in enumerate(mels):
+            finalize = flow_cfg["chunks"][k]["finalize"]
+            tts_mel = mel
+            cache_source = torch.zeros(1, 1, 0)
+            if cache is not None:
+                tts_mel = torch.concat([cache["mel"], mel], dim=2)
+                cache_source = cache["source"]
+            f0 = m.f0_predictor(tts_mel)
+            # A frame within 0.5 Hz of the voicing threshold could flip on a 1e-6 difference.
+            assert (f0 - thr).abs().min() > 0.5, f"{case} chunk {k}: f0 too close to the threshold"
+            voiced.append(f"{int((f0 > thr).sum())}/{f0.shape[-1]}")
+            with TiledDrawCapture(STREAM_SINE_PERIOD) as cap:
+                speech, source = m.inference(speech_feat=tts_mel, cache_source=cache_source)
+            assert len(cap.phases) == 1 and len(cap.blocks) == 1 and cap.calls == 2, cap.calls
+            assert speech.shape[1] == tts_mel.shape[2] * hop
+            if cache is not None:
+                speech = fade_in_out(speech, cache["speech"], window)
+            if not finalize:
+                cache = {"mel": tts_mel[:, :, -STREAM_MEL_CACHE:], "source": source[:, :, -cache_len:],
+                         "speech": speech[:, -cache_len:]}
+                speech = speech[:, :-cache_len]
+            audio.append(speech)
+            inputs.update({f"mel_{k}": mel, f"phase_{k}": cap.phases[0].squeeze(-1),
+                           f"noise_block_{k}": cap.blocks[0]})
+        assert audio[-1].dtype == torch.float32
+        lens = [a.shape[1] for a in audio]
+        stream = apply_trim_fade(torch.cat(audio, dim=1))
+        outputs = {f"audio_{k}": a.contiguous() for k, a in enumerate(torch.split(stream, lens, dim=1))}
+        tol = {k: rel_tol(CHAIN_RTOL) for k in outputs}
+        config = dict(config_of(m, TINY, TINY_F0), weights_case="hift_inference", mel_cache_frames=STREAM_MEL_CACHE,
+                      source_cache_samples=cache_len, window="hamming", sine_noise_period=STREAM_SINE_PERIOD,
+                      trim_fade="start of the stream", chunks=flow_cfg["chunks"], flow_case=f"flow/{case}")
+        rec.case(c, case, kind, inputs, outputs, tol, config=config,
+                 notes=f"audio per chunk {lens} samples; voiced frames per HiFT call {voiced}")

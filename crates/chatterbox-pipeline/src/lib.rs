@@ -11,6 +11,7 @@ mod hub;
 mod options;
 mod progress;
 mod s3gen;
+mod stream_synth;
 mod tts;
 mod vc;
 mod voice;
@@ -26,6 +27,7 @@ pub use progress::Progress;
 pub use s3gen::{
     S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
+pub use stream_synth::{StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
 pub use tts::{
     drop_invalid_tokens, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts, ChunkOutput,
     MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,

@@ -1,7 +1,8 @@
 //! chatterbox-s3gen's flow against fixtures recorded from the Python reference
 //! (`parity/recorders/flow.py`): the encoder, one estimator call, the CFM solve and
-//! `CausalMaskedDiffWithXvec.inference` (finalize true and false), standard and meanflow; plus
-//! the half-precision drift of the estimator, batching, and the typed errors.
+//! `CausalMaskedDiffWithXvec.inference` (finalize true and false), standard and meanflow; the
+//! flow half of the streaming cases (`stream_*`: every chunk of the recorded schedule); plus the
+//! half-precision drift of the estimator, batching, and the typed errors.
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_s3gen::flow::{
@@ -181,11 +182,67 @@ fn flow(fx: &Fixture) -> Outputs {
     Ok(outs)
 }
 
+/// One chunk of a `flow_stream` case: the flow ran on prompt + `tokens[..tokens]` and the chunk
+/// keeps the frames from token `offset` on.
+#[derive(serde::Deserialize)]
+struct StreamChunk {
+    tokens: usize,
+    finalize: bool,
+    offset: usize,
+}
+
+/// The flow half of a streaming case (`recorders/flow.py` `stream_flow_run`), chunk by chunk:
+/// each chunk is `inference(prompt + tokens[..n], finalize)` with the noise of its frame
+/// positions, keeping the frames not emitted before. Weights: the `weights_case` fixture's.
+fn flow_stream(fx: &Fixture) -> Outputs {
+    let dev = device()?;
+    let cfg = flow_config(fx)?;
+    let steps: usize = fx.config("n_timesteps")?;
+    let wcase: String = fx.config("weights_case")?;
+    let wpath = fx
+        .safetensors_path()
+        .with_file_name(format!("{wcase}.safetensors"));
+    // SAFETY: the fixture file is not modified while the test runs.
+    let vb =
+        unsafe { VarBuilder::from_mmaped_safetensors(&[wpath], DType::F32, &dev) }.map_err(e)?;
+    let model = CausalMaskedDiffWithXvec::new(&cfg, vb).map_err(e)?;
+    let token = input_i64(fx, "token", &dev)?;
+    let prompt = prompt(fx, &dev)?;
+    let noise = input(fx, "noise", &dev)?;
+    let n_prompt = prompt.prompt_token.dim(1).map_err(e)?;
+    let ratio = cfg.token_mel_ratio;
+    let chunks: Vec<StreamChunk> = fx.config("chunks")?;
+    let mut outs = Vec::new();
+    for (k, c) in chunks.iter().enumerate() {
+        let (_, _, t) = model.noise_shape(1, n_prompt, c.tokens, c.finalize);
+        let opts = FlowOptions::default()
+            .with_n_timesteps(steps)
+            .with_finalize(c.finalize);
+        let feat = model
+            .inference(
+                &token.narrow(1, 0, c.tokens).map_err(e)?,
+                &prompt,
+                &noise.narrow(2, 0, t).map_err(e)?,
+                None,
+                &opts,
+            )
+            .map_err(e)?;
+        let start = c.offset * ratio;
+        let frames = feat.dim(2).map_err(e)? - start;
+        outs.push(out(
+            &format!("mel_{k}"),
+            &feat.narrow(2, start, frames).map_err(e)?,
+        )?);
+    }
+    Ok(outs)
+}
+
 #[test]
 fn flow_parity() {
     Suite::new("flow")
         .case("encoder", encoder)
         .case("flow", flow)
+        .case("flow_stream", flow_stream)
         .run_and_assert();
 }
 

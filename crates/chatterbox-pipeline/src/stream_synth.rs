@@ -1,0 +1,418 @@
+//! Streaming S3Gen: speech tokens in as T3 makes them, 24 kHz audio out as soon as it is final
+//! (issue 21).
+//!
+//! The chatterbox reference ships the primitives only: `CausalMaskedDiffWithXvec.inference(...,
+//! finalize)` (flow.py: with `finalize=False` the mel of the last `pre_lookahead_len` tokens is
+//! not made, their look-ahead being unknown) and `HiFTGenerator.inference(speech_feat,
+//! cache_source)` (hifigan.py: the first samples of the source are the previous chunk's).
+//! The schedule and the joins are those of the upstream CosyVoice2 lineage this code comes from
+//! (`CosyVoice2Model.tts(stream=True)` and `token2wav` in cosyvoice/cli/model.py):
+//!
+//! * flow: a chunk runs as soon as `hop + pre_lookahead_len` tokens follow the emitted ones, on
+//!   prompt + `tokens[..offset + hop + lookahead]` with `finalize = false`, and keeps the mel
+//!   frames of tokens `offset..offset + hop`; [`finish`](StreamingSynth::finish) runs every token
+//!   with `finalize = true` and keeps the rest. Each chunk re-runs the flow on the whole prefix
+//!   (the encoder attends to every token), so its cost grows with the utterance.
+//! * CFM noise is per frame position: drawn once when a chunk first reaches a frame, reused by
+//!   every later chunk (CosyVoice2's fixed `rand_noise[:, :, :T]`). Meanflow takes it whole
+//!   (`noised_mels` would only repeat it).
+//! * HiFT ([`StreamingVocoder`]): each chunk's mel goes in behind the previous input's last
+//!   `overlap_frames` frames, with `cache_source` = the previous source's last
+//!   `overlap_frames * 480` samples; the new waveform's first that many samples are crossfaded
+//!   (CosyVoice's `fade_in_out`, a Hamming window of twice that length) with the previous
+//!   waveform's held-back tail, and every chunk but the last holds its own tail back. Sine phases
+//!   and noise are drawn per HiFT call.
+//! * `trim_fade` applies once, to the first samples of the stream.
+//!
+//! The final chunk's flow call is the non-streamed `flow_inference` of the same tokens and noise;
+//! earlier frames differ from it because they were made without the later tokens.
+use crate::draws::Draws;
+use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef};
+use crate::{PipelineError, Result};
+use candle_core::{DType, Device, Tensor};
+use chatterbox_s3gen::flow::FlowOptions;
+use chatterbox_vocoder::{HiFTGenerator, TrimFade};
+
+/// When [`StreamingSynth`] runs a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamSchedule {
+    /// Speech tokens each chunk makes final, in order; the last entry repeats (CosyVoice2: 25
+    /// throughout). Each chunk also waits for `pre_lookahead_len` (3) tokens after them.
+    /// Default: `[12, 25]` (provisional, to be tuned by measurement).
+    pub hops: Vec<usize>,
+    /// Mel frames HiFT re-synthesises at each join (CosyVoice2's `mel_cache_len`); the waveform
+    /// crossfade is `overlap_frames * 480` samples. Default: `8`.
+    pub overlap_frames: usize,
+}
+
+impl Default for StreamSchedule {
+    fn default() -> Self {
+        Self::new(vec![12, 25])
+    }
+}
+
+impl StreamSchedule {
+    /// Chunks of `hops` tokens (the last repeating) with the default overlap.
+    pub fn new(hops: Vec<usize>) -> Self {
+        Self {
+            hops,
+            overlap_frames: 8,
+        }
+    }
+
+    /// Sets [`overlap_frames`](Self::overlap_frames).
+    pub fn with_overlap_frames(mut self, frames: usize) -> Self {
+        self.overlap_frames = frames;
+        self
+    }
+
+    /// Tokens chunk `index` makes final.
+    pub fn hop(&self, index: usize) -> usize {
+        self.hops
+            .get(index)
+            .or(self.hops.last())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn validate(&self, token_mel_ratio: usize) -> Result<()> {
+        let bad = |reason: String| {
+            Err(PipelineError::InvalidInput {
+                what: "stream schedule",
+                reason,
+            })
+        };
+        if self.hops.is_empty() || self.overlap_frames == 0 {
+            return bad(format!(
+                "needs at least one hop and one overlap frame, got hops {:?}, overlap {}",
+                self.hops, self.overlap_frames
+            ));
+        }
+        // A chunk's waveform must cover the tail it holds back.
+        if let Some(h) = self
+            .hops
+            .iter()
+            .find(|&&h| h * token_mel_ratio < self.overlap_frames)
+        {
+            return bad(format!(
+                "a hop of {h} tokens makes fewer mel frames than the {} overlap frames",
+                self.overlap_frames
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Audio a chunk made final.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StreamChunk {
+    /// 0 for the first chunk.
+    pub index: usize,
+    /// Position of `audio[0]` in the stream, in samples.
+    pub sample_offset: usize,
+    /// 24 kHz samples.
+    pub audio: Vec<f32>,
+    /// The chunk's new mel frames, `(1, 80, frames)`.
+    pub mel: Tensor,
+    /// Whether this is the last chunk.
+    pub is_last: bool,
+}
+
+struct HiftCache {
+    mel: Tensor,
+    source: Tensor,
+    speech: Vec<f32>,
+}
+
+/// HiFT over a stream of mel chunks, joined as CosyVoice2's `token2wav` joins them (see the
+/// module docs). The audio handed out is final: later chunks never change it.
+pub struct StreamingVocoder<'a> {
+    hift: &'a HiFTGenerator,
+    overlap_frames: usize,
+    /// `np.hamming(2 * overlap samples)`.
+    window: Vec<f64>,
+    /// `trim_fade`, applied to the first samples of the stream.
+    fade: Vec<f32>,
+    cache: Option<HiftCache>,
+    emitted: usize,
+    finished: bool,
+}
+
+impl<'a> StreamingVocoder<'a> {
+    /// A stream re-synthesising `overlap_frames` mel frames at each join.
+    pub fn new(hift: &'a HiFTGenerator, overlap_frames: usize) -> Result<Self> {
+        let n = 2 * overlap_frames * hift.config().samples_per_frame();
+        if n < 2 {
+            return Err(PipelineError::InvalidInput {
+                what: "stream schedule",
+                reason: "the vocoder needs at least one overlap frame".into(),
+            });
+        }
+        let window = (0..n)
+            .map(|i| 0.54 - 0.46 * (2.0 * std::f64::consts::PI * i as f64 / (n - 1) as f64).cos())
+            .collect();
+        let trim = TrimFade::new(hift.config().sampling_rate, &Device::Cpu)?;
+        let fade = trim
+            .forward(&Tensor::ones((1, trim.len()), DType::F32, &Device::Cpu)?)?
+            .squeeze(0)?
+            .to_vec1::<f32>()?;
+        Ok(Self {
+            hift,
+            overlap_frames,
+            window,
+            fade,
+            cache: None,
+            emitted: 0,
+            finished: false,
+        })
+    }
+
+    /// Samples handed out so far.
+    pub fn emitted(&self) -> usize {
+        self.emitted
+    }
+
+    /// Vocodes the next `(1, 80, frames)` mel chunk (`last`: the end of the stream) with HiFT's
+    /// sine draws from `draws`; returns the samples that became final.
+    pub fn push(&mut self, mel: &Tensor, last: bool, draws: &mut dyn Draws) -> Result<Vec<f32>> {
+        if self.finished {
+            return Err(PipelineError::InvalidInput {
+                what: "mel chunk",
+                reason: "the stream has ended".into(),
+            });
+        }
+        let mel = mel.to_dtype(DType::F32)?;
+        let (mel_in, cache_source) = match &self.cache {
+            Some(c) => (Tensor::cat(&[&c.mel, &mel], 2)?, Some(&c.source)),
+            None => (mel, None),
+        };
+        let (b, _, t) = mel_in.dims3()?;
+        let spf = self.hift.config().samples_per_frame();
+        let tail = self.overlap_frames * spf;
+        if b != 1 || (!last && t < self.overlap_frames) {
+            return Err(PipelineError::InvalidInput {
+                what: "mel chunk",
+                reason: format!(
+                    "expected (1, 80, >= {} frames), got {:?}",
+                    self.overlap_frames,
+                    mel_in.dims()
+                ),
+            });
+        }
+        let sine = draws.sine(
+            1,
+            self.hift.m_source().sine_gen().harmonics(),
+            t * spf,
+            mel_in.device(),
+        )?;
+        let (wav, source) = self
+            .hift
+            .inference_with_draws(&mel_in, &sine, cache_source)?;
+        let mut speech = wav.squeeze(0)?.to_vec1::<f32>()?;
+        if let Some(c) = &self.cache {
+            // fade_in_out: f32 samples times the f64 window, rounded back to f32 (as torch does).
+            let (fade_in, fade_out) = self.window.split_at(tail);
+            for (i, s) in speech[..tail].iter_mut().enumerate() {
+                *s = (f64::from(*s) * fade_in[i] + f64::from(c.speech[i]) * fade_out[i]) as f32;
+            }
+        }
+        if last {
+            self.cache = None;
+            self.finished = true;
+        } else {
+            let n = source.dim(2)?;
+            self.cache = Some(HiftCache {
+                mel: mel_in.narrow(2, t - self.overlap_frames, self.overlap_frames)?,
+                source: source.narrow(2, n - tail, tail)?,
+                speech: speech.split_off(speech.len() - tail),
+            });
+        }
+        for (s, f) in speech.iter_mut().zip(self.fade.iter().skip(self.emitted)) {
+            *s *= f;
+        }
+        self.emitted += speech.len();
+        Ok(speech)
+    }
+}
+
+/// Speech tokens to audio chunk by chunk, with S3Gen's flow and HiFT (see the module docs).
+///
+/// ```no_run
+/// # fn demo(s3gen: &chatterbox_pipeline::S3Gen, voice: &chatterbox_pipeline::S3GenRef,
+/// #         tokens: &[u32]) -> chatterbox_pipeline::Result<Vec<f32>> {
+/// use chatterbox_pipeline::{S3GenOptions, SeededDraws, StreamSchedule, StreamingSynth};
+/// let mut draws = SeededDraws::new(0);
+/// let mut stream =
+///     StreamingSynth::new(s3gen, voice, StreamSchedule::default(), S3GenOptions::default(), &mut draws)?;
+/// let mut audio = Vec::new();
+/// for t in tokens {
+///     audio.extend(stream.push_tokens(&[*t])?); // play these now
+/// }
+/// audio.extend(stream.finish()?);
+/// # Ok(audio) }
+/// ```
+pub struct StreamingSynth<'a> {
+    s3gen: &'a S3Gen,
+    reference: &'a S3GenRef,
+    schedule: StreamSchedule,
+    opts: S3GenOptions,
+    draws: &'a mut (dyn Draws + 'a),
+    vocoder: StreamingVocoder<'a>,
+    tokens: Vec<u32>,
+    /// Tokens whose mel frames have been made.
+    offset: usize,
+    chunks: usize,
+    /// CFM noise of every frame position reached so far, `(1, 80, frames)`.
+    noise: Option<Tensor>,
+}
+
+impl<'a> StreamingSynth<'a> {
+    /// A stream in the voice of `reference`, drawing the CFM noise and HiFT's sine draws from
+    /// `draws`.
+    pub fn new(
+        s3gen: &'a S3Gen,
+        reference: &'a S3GenRef,
+        schedule: StreamSchedule,
+        opts: S3GenOptions,
+        draws: &'a mut dyn Draws,
+    ) -> Result<Self> {
+        schedule.validate(s3gen.flow().config().token_mel_ratio)?;
+        Ok(Self {
+            s3gen,
+            reference,
+            vocoder: StreamingVocoder::new(s3gen.mel2wav(), schedule.overlap_frames)?,
+            schedule,
+            opts,
+            draws,
+            tokens: Vec::new(),
+            offset: 0,
+            chunks: 0,
+            noise: None,
+        })
+    }
+
+    /// Tokens received so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Adds speech tokens (ids below 6561) and runs every chunk they complete. After an error the
+    /// stream is unusable: drop it.
+    pub fn push_chunks(&mut self, tokens: &[u32]) -> Result<Vec<StreamChunk>> {
+        if self.vocoder.finished {
+            return Err(PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: "the stream has been finished".into(),
+            });
+        }
+        let vocab = self.s3gen.flow().config().vocab_size;
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: format!(
+                    "speech token id {t} is outside 0..{vocab} (drop special tokens first)"
+                ),
+            });
+        }
+        self.tokens.extend_from_slice(tokens);
+        let look = self.s3gen.flow().config().pre_lookahead_len;
+        let mut out = Vec::new();
+        loop {
+            let hop = self.schedule.hop(self.chunks);
+            if self.tokens.len() - self.offset < hop + look {
+                return Ok(out);
+            }
+            out.push(self.run_chunk(self.offset + hop + look, false, hop)?);
+        }
+    }
+
+    /// Adds speech tokens; returns the audio that became final.
+    pub fn push_tokens(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self
+            .push_chunks(tokens)?
+            .into_iter()
+            .flat_map(|c| c.audio)
+            .collect())
+    }
+
+    /// The last chunk: every remaining token with `finalize = true`.
+    pub fn finish_chunk(&mut self) -> Result<StreamChunk> {
+        if self.vocoder.finished {
+            return Err(PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: "the stream has been finished".into(),
+            });
+        }
+        if self.tokens.is_empty() {
+            return Err(PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: "no tokens to synthesise".into(),
+            });
+        }
+        let n = self.tokens.len();
+        self.run_chunk(n, true, n - self.offset)
+    }
+
+    /// Ends the stream; returns the rest of the audio.
+    pub fn finish(&mut self) -> Result<Vec<f32>> {
+        Ok(self.finish_chunk()?.audio)
+    }
+
+    /// The flow on prompt + `tokens[..n]`, keeping the frames of tokens `offset..offset + hop`,
+    /// then HiFT.
+    fn run_chunk(&mut self, n: usize, finalize: bool, hop: usize) -> Result<StreamChunk> {
+        let _span = tracing::debug_span!("stream_chunk", index = self.chunks, tokens = n).entered();
+        let flow = self.s3gen.flow();
+        let ratio = flow.config().token_mel_ratio;
+        let dev = self.s3gen.device();
+        let shape = flow.noise_shape(1, self.reference.n_prompt_tokens(), n, finalize);
+        let noise = self.noise(shape, dev)?;
+        let tokens = Tensor::from_slice(&self.tokens[..n], (1, n), dev)?;
+        let mut fo = FlowOptions::default().with_finalize(finalize);
+        if let Some(steps) = self.opts.n_cfm_timesteps {
+            fo = fo.with_n_timesteps(steps);
+        }
+        let feat = flow.inference(&tokens, &self.reference.flow_prompt(), &noise, None, &fo)?;
+        let start = self.offset * ratio;
+        let mel = feat.narrow(2, start, feat.dim(2)? - start)?;
+        debug_assert_eq!(mel.dim(2)?, hop * ratio);
+        let sample_offset = self.vocoder.emitted();
+        let audio = self.vocoder.push(&mel, finalize, &mut *self.draws)?;
+        let chunk = StreamChunk {
+            index: self.chunks,
+            sample_offset,
+            audio,
+            mel,
+            is_last: finalize,
+        };
+        self.offset += hop;
+        self.chunks += 1;
+        Ok(chunk)
+    }
+
+    /// The noise of frame positions `0..shape.2`, drawing the positions not reached before.
+    fn noise(&mut self, shape: (usize, usize, usize), dev: &Device) -> Result<Tensor> {
+        let have = match &self.noise {
+            Some(n) => n.dim(2)?,
+            None => 0,
+        };
+        if have < shape.2 {
+            let new = self
+                .draws
+                .cfm_noise((shape.0, shape.1, shape.2 - have), dev)?;
+            self.noise = Some(match self.noise.take() {
+                Some(old) => Tensor::cat(&[&old, &new], 2)?,
+                None => new,
+            });
+        }
+        match &self.noise {
+            Some(n) => Ok(n.narrow(2, 0, shape.2)?),
+            None => Err(PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: "no frame to generate".into(),
+            }),
+        }
+    }
+}
