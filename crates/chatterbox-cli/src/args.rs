@@ -225,7 +225,8 @@ pub struct SpeakArgs {
     /// directory.
     #[arg(long, value_name = "VERSION")]
     pub mtl_version: Option<String>,
-    /// Reference clip of the voice to clone (WAV, FLAC, MP3, Ogg; 5-10 s of clean speech;
+    /// Reference clip of the voice to clone (WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC/ALAC; 5-10 s
+    /// of clean speech;
     /// Turbo and Nano need more than 5 s). Default: the checkpoint's built-in voice.
     #[arg(short, long, value_name = "AUDIO", conflicts_with = "voice_file")]
     pub voice: Option<PathBuf>,
@@ -287,7 +288,7 @@ pub struct GenerationArgs {
 /// `chatterbox vc`.
 #[derive(Debug, Args)]
 pub struct VcArgs {
-    /// The recording whose words are kept (WAV, FLAC, MP3, Ogg).
+    /// The recording whose words are kept (WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC/ALAC).
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
     /// Reference clip of the voice to convert to (the first 10 s are used). Default: the

@@ -60,11 +60,16 @@ fn report(e: &anyhow::Error) -> String {
     out
 }
 
+/// What is logged without `RUST_LOG`: warnings, but not the decoders' complaints about
+/// damaged frames in a voice clip (the clip's own error, if any, says what is wrong).
+const DEFAULT_LOG_FILTER: &str = "warn,symphonia_codec_aac=off,symphonia_format_ogg=error,\
+    symphonia_bundle_flac=error,symphonia_bundle_mp3=error,symphonia_format_isomp4=error";
+
 /// `RUST_LOG=info` (or `debug`, `chatterbox_t3=trace`) shows the pipeline's tracing logs on
 /// standard error; nothing by default but warnings.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| progress::LogWriter)

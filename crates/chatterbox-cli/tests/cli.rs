@@ -476,3 +476,38 @@ fn values_the_model_cannot_take_are_refused_before_loading() {
     assert_fails_with(&o, &["quiet.wav", "silent or nearly so"]);
     assert!(!out.exists());
 }
+
+#[test]
+fn voice_clip_formats_phone_memos_work_and_opus_is_named() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../chatterbox-dsp/tests/data");
+    let dir = tempdir();
+    let out = dir.path().join("out.wav");
+    // An m4a (AAC) clip decodes: the refusal is about its length (a 0.3 s test tone), not its
+    // format.
+    let m4a = data.join("aac_mono_24k.m4a");
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--voice",
+        s(&m4a),
+        "--model-dir",
+        s(dir.path()),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["aac_mono_24k.m4a is 0.4 s long"]);
+    // Ogg Opus: named, with the formats that work, and no stray decoder log line.
+    let opus = data.join("opus_mono_48k.ogg");
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--voice",
+        s(&opus),
+        "--model-dir",
+        s(dir.path()),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails_with(&o, &["Ogg Opus is not supported", "FLAC", "M4A"]);
+    assert!(!stderr(&o).contains("ERROR"), "{}", stderr(&o));
+}

@@ -156,3 +156,61 @@ fn bad_parameters_are_rejected() {
     assert!(Stft::new(400, 160, &window::hann(401, true), true).is_err());
     assert!(chatterbox_dsp::MelFilterbank::new(16000, 400, 40, 9000.0, Some(8000.0)).is_err());
 }
+
+#[test]
+fn unreadable_files_say_why_and_list_the_formats_that_work() {
+    let err = audio::decode(Vec::new(), None).unwrap_err();
+    assert!(err.to_string().contains("the file is empty"), "{err}");
+    let err = audio::decode(b"ID3\x04\0\0\0\0\0\x05hello".to_vec(), None).unwrap_err();
+    assert!(
+        err.to_string().contains("nothing follows the ID3v2 tag"),
+        "{err}"
+    );
+    let err = audio::decode(b"<!DOCTYPE html><html>".to_vec(), Some("wav")).unwrap_err();
+    assert!(matches!(err, DspError::UnsupportedFormat { .. }), "{err}");
+    assert!(
+        err.to_string().contains("starts with \"<!DOCTYP\""),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("the formats that work are WAV, FLAC, MP3"),
+        "{err}"
+    );
+    // recognised containers that are not decoded say what they are
+    for (bytes, what) in [
+        (
+            &b"\x1A\x45\xDF\xA3\x01\x00\x00\x00webm"[..],
+            "Matroska/WebM is not supported",
+        ),
+        (b"FORM\x00\x00\x10\x00AIFFCOMM", "AIFF is not supported"),
+        (b"RIFF\x10\x00\x00\x00AVI LIST", "AVI is not supported"),
+    ] {
+        let msg = audio::decode(bytes.to_vec(), None).unwrap_err().to_string();
+        assert!(msg.contains(what) && msg.contains("Ogg Vorbis"), "{msg}");
+    }
+}
+
+#[test]
+fn float_wav_with_nan_is_non_finite() {
+    let mut data: Vec<u8> = [0.5f32, -0.25, f32::NAN, 0.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    data.extend_from_slice(&f32::INFINITY.to_le_bytes());
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut wav = std::io::Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut wav, spec).unwrap();
+    for chunk in data.chunks_exact(4) {
+        w.write_sample(f32::from_le_bytes(chunk.try_into().unwrap()))
+            .unwrap();
+    }
+    w.finalize().unwrap();
+    let err = audio::decode(wav.into_inner(), None).unwrap_err();
+    assert!(matches!(err, DspError::NonFinite { index: 2, .. }), "{err}");
+}

@@ -1,7 +1,11 @@
-//! Property tests: STFT/iSTFT round trip, resampler lengths and DC gain, filterbank shapes.
+//! Property tests: STFT/iSTFT round trip, resampler lengths and DC gain, filterbank shapes,
+//! and decoding arbitrary or damaged files.
+mod common;
+
 use chatterbox_dsp::resample::{HqResampler, SincResampler};
-use chatterbox_dsp::{window, Istft, MelFilterbank, Stft};
+use chatterbox_dsp::{audio, window, Istft, MelFilterbank, Stft};
 use proptest::prelude::*;
+use std::sync::LazyLock;
 
 fn signal(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed
@@ -84,6 +88,60 @@ proptest! {
             if let (Some(a), Some(b)) = (nz.first(), nz.last()) {
                 prop_assert_eq!(b - a + 1, nz.len(), "filter {} is not contiguous", m);
             }
+        }
+    }
+}
+
+/// Each container's first bytes, so that arbitrary bytes after them reach its parser.
+const MAGICS: [&[u8]; 9] = [
+    b"",
+    b"RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00",
+    b"fLaC\x00\x00\x00\x22",
+    b"OggS\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00",
+    b"\x00\x00\x00\x1cftypM4A \x00\x00\x02\x00",
+    b"\xff\xfb\x90\x64",
+    b"\xff\xf1\x50\x80",
+    b"ID3\x04\x00\x00\x00\x00\x00\x00",
+    b"\x00\x00\x00\x00moov",
+];
+
+static FILES: LazyLock<Vec<(String, Vec<u8>)>> = LazyLock::new(common::valid_files);
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary bytes, alone or behind a container's magic, are audio or a typed error.
+    #[test]
+    fn decode_arbitrary_bytes(
+        magic in prop::sample::select(MAGICS.to_vec()),
+        body in prop::collection::vec(any::<u8>(), 0..2048),
+    ) {
+        let bytes = [magic, &body[..]].concat();
+        let result = audio::decode(bytes, None);
+        if let Err(why) = common::audio_or_file_error(result) {
+            prop_assert!(false, "{}", why);
+        }
+    }
+
+    /// A valid file cut at a random point, with up to 8 bytes overwritten: audio or a typed
+    /// error.
+    #[test]
+    fn decode_damaged_files(
+        file in 0..FILES.len(),
+        cut in 0.0..=1.0f64,
+        edits in prop::collection::vec((0.0..1.0f64, any::<u8>()), 0..8),
+    ) {
+        let (name, whole) = &FILES[file];
+        let mut bytes = whole[..(whole.len() as f64 * cut) as usize].to_vec();
+        for (at, value) in edits {
+            if !bytes.is_empty() {
+                let i = (at * bytes.len() as f64) as usize;
+                bytes[i] = value;
+            }
+        }
+        let result = audio::decode(bytes, None);
+        if let Err(why) = common::audio_or_file_error(result) {
+            prop_assert!(false, "{}: {}", name, why);
         }
     }
 }

@@ -3,7 +3,7 @@
 mod decode;
 mod wav;
 
-pub use decode::{decode, load};
+pub use decode::{decode, load, SUPPORTED_FORMATS};
 pub use wav::{wav_bytes, write_wav, WavFileWriter, WavFormat};
 
 /// A mono signal and its sample rate.
