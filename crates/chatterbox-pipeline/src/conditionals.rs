@@ -92,6 +92,8 @@ impl Conditionals {
                 candle_core::safetensors::load(path, &Device::Cpu)
                     .map_err(|e| bad(e.to_string()))?
             } else {
+                crate::checkpoint::check_torch_file(path)
+                    .map_err(|e| bad(format!("not a conds.pt torch file ({e})")))?;
                 let mut m = HashMap::new();
                 for group in ["t3", "gen"] {
                     let items = candle_core::pickle::read_all_with_key(path, Some(group))
@@ -102,43 +104,67 @@ impl Conditionals {
                 }
                 m
             };
-        let get = |k: &str| {
-            tensors
-                .get(k)
-                .cloned()
-                .ok_or_else(|| bad(format!("no tensor {k:?}")))
+        // Everything is checked and converted on the CPU first, so that any error there is
+        // the file's (and names it); only then does the voice move to `device`.
+        let checked = |k: &str| -> Result<Option<Tensor>> {
+            match tensors.get(k) {
+                // Safetensors allows empty tensors of any dims (`[0, 2^62]`): those overflowed
+                // candle's stride arithmetic in `generate`. A voice has no empty part.
+                Some(t) if t.elem_count() == 0 => {
+                    Err(bad(format!("{k} is empty (shape {:?})", t.dims())))
+                }
+                Some(t) => Ok(Some(t.clone())),
+                None => Ok(None),
+            }
         };
-        let emotion_adv = match tensors.get(EMOTION_ADV) {
-            Some(t) => t
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?
-                .first()
-                .copied()
-                .ok_or_else(|| bad("empty t3.emotion_adv".into()))?,
-            None => 0.5,
+        let get = |k: &str| checked(k)?.ok_or_else(|| bad(format!("no tensor {k:?}")));
+        // `(1, n)`, or `(n,)` made so
+        let row = |k: &str, t: Tensor| -> Result<Tensor> {
+            match t.rank() {
+                1 => Ok(t.unsqueeze(0)?),
+                2 if t.dim(0)? == 1 => Ok(t),
+                _ => Err(bad(format!(
+                    "{k} has shape {:?}, expected (1, n)",
+                    t.dims()
+                ))),
+            }
         };
-        let prompt = match tensors.get(PROMPT_TOKENS) {
-            Some(t) => Some(to_u32(t)?.to_device(device)?),
-            None => None,
+        let cpu_part = || -> Result<_> {
+            let emotion_adv = match checked(EMOTION_ADV)? {
+                Some(t) => t
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .get(0)?
+                    .to_scalar::<f32>()?,
+                None => 0.5,
+            };
+            let prompt = match checked(PROMPT_TOKENS)? {
+                Some(t) => Some(row(PROMPT_TOKENS, to_u32(&t)?)?),
+                None => None,
+            };
+            let speaker_emb = row(SPEAKER_EMB, get(SPEAKER_EMB)?.to_dtype(DType::F32)?)?;
+            // The reference keeps a prompt mel one frame longer than twice the prompt tokens
+            // (odd clip lengths); the flow here needs exactly twice: the extra frame is cut,
+            // as `S3Gen::embed_ref` does.
+            let prompt_token = get(PROMPT_TOKEN)?;
+            let mut prompt_feat = get(PROMPT_FEAT)?;
+            let n_tok = prompt_token.dims().last().copied().unwrap_or(0);
+            if prompt_feat.rank() == 3 && prompt_feat.dim(1)? > 2 * n_tok && n_tok > 0 {
+                tracing::warn!("conditionals: prompt mel longer than 2 x prompt tokens, cut");
+                prompt_feat = prompt_feat.narrow(1, 0, 2 * n_tok)?;
+            }
+            let gen = S3GenRef::new(prompt_token, prompt_feat, get(EMBEDDING)?, &Device::Cpu)?;
+            Ok((emotion_adv, prompt, speaker_emb, gen))
         };
-        let speaker_emb = get(SPEAKER_EMB)?.to_dtype(DType::F32)?.to_device(device)?;
-        let mut t3 = T3Cond::new(speaker_emb).with_emotion_adv(emotion_adv);
+        let (emotion_adv, prompt, speaker_emb, gen) = cpu_part().map_err(|e| match e {
+            e @ PipelineError::InvalidConditionals { .. } => e,
+            e => bad(e.to_string()),
+        })?;
+        let mut t3 = T3Cond::new(speaker_emb.to_device(device)?).with_emotion_adv(emotion_adv);
         if let Some(p) = prompt {
-            t3 = t3.with_prompt(p);
+            t3 = t3.with_prompt(p.to_device(device)?);
         }
-        // The reference keeps a prompt mel one frame longer than twice the prompt tokens
-        // (odd clip lengths); the flow here needs exactly twice: the extra frame is cut, as
-        // `S3Gen::embed_ref` does.
-        let prompt_token = get(PROMPT_TOKEN)?;
-        let mut prompt_feat = get(PROMPT_FEAT)?;
-        let n_tok = prompt_token.dims().last().copied().unwrap_or(0);
-        if prompt_feat.rank() == 3 && prompt_feat.dim(1)? > 2 * n_tok && n_tok > 0 {
-            tracing::warn!("conditionals: prompt mel longer than 2 x prompt tokens, cut");
-            prompt_feat = prompt_feat.narrow(1, 0, 2 * n_tok)?;
-        }
-        let gen = S3GenRef::new(prompt_token, prompt_feat, get(EMBEDDING)?, device)
-            .map_err(|e| bad(e.to_string()))?;
+        let gen = S3GenRef::new(gen.prompt_token, gen.prompt_feat, gen.embedding, device)?;
         Ok(Self { t3, gen })
     }
 

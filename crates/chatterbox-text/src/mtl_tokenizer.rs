@@ -1,5 +1,6 @@
 //! Port of `MTLTokenizer` from chatterbox/models/tokenizers/tokenizer.py (upstream 5de7a54).
 use crate::chinese::{CangjieTable, ChineseCangjieConverter, ChineseSegmenter, CANGJIE_FILE};
+use crate::en_tokenizer::{check_padding_and_truncation, check_tokenizer_json};
 use crate::error::Result;
 use crate::japanese::{hiragana_normalize, KanjiReader};
 use crate::korean::korean_normalize;
@@ -73,7 +74,9 @@ impl MTLTokenizer {
     /// missing table is logged and leaves Chinese characters unconverted, as in the reference).
     pub fn from_file(vocab_file_path: impl AsRef<Path>) -> Result<Self> {
         let path = vocab_file_path.as_ref().to_path_buf();
+        check_tokenizer_json(&path)?;
         let tokenizer = load_tokenizer(&path)?;
+        check_padding_and_truncation(&tokenizer, &path)?;
         let (sot, eot) = check_vocabset_sot_eot(&tokenizer, &path)?;
         let cangjie_path = path
             .parent()

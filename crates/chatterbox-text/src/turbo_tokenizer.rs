@@ -1,6 +1,7 @@
 //! The Turbo/Nano text tokenizer: transformers' GPT-2 byte-level BPE as chatterbox/tts_turbo.py
 //! (upstream 5de7a54) loads it with `AutoTokenizer.from_pretrained(ckpt_dir)` and calls it with
 //! `truncation=True`.
+use crate::en_tokenizer::{check_padding_and_truncation, check_tokenizer_json};
 use crate::error::{read_to_string, Result, TextError};
 use crate::special_tokens::{encode_ids, load_tokenizer};
 use serde::Deserialize;
@@ -121,7 +122,10 @@ impl TurboTokenizer {
         };
         let json = dir.join("tokenizer.json");
         let (mut tokenizer, source) = if json.is_file() {
-            (load_tokenizer(&json)?, json)
+            check_tokenizer_json(&json)?;
+            let t = load_tokenizer(&json)?;
+            check_padding_and_truncation(&t, &json)?;
+            (t, json)
         } else {
             (
                 Self::build_from_vocab_merges(&dir, &config)?,

@@ -120,6 +120,8 @@ impl TtsCore {
         let ve = if ve_path.extension().is_some_and(|e| e == "safetensors") {
             VoiceEncoder::from_safetensors(&ve_path, &cfg.ve, device)
         } else {
+            // candle's pickle reader panics or over-allocates on hostile files: check first.
+            crate::checkpoint::check_torch_weights(&ve_path)?;
             VoiceEncoder::from_pth(&ve_path, &cfg.ve, device)
         }
         .map_err(PipelineError::from)
