@@ -3,10 +3,11 @@ use crate::args::VcArgs;
 use crate::device;
 use crate::input::load_audio;
 use crate::output::{summary, Output};
-use crate::progress::Progress;
+use crate::progress::{Progress, Step};
 use crate::source::{read_config, Source};
 use anyhow::{Context, Result};
-use chatterbox_pipeline::{ChatterboxVc, VcOptions};
+use chatterbox_pipeline::{ChatterboxVc, VcOptions, VcProgress};
+use indicatif::ProgressBar;
 use std::time::Instant;
 
 /// Runs `chatterbox vc`.
@@ -65,18 +66,81 @@ pub fn run(args: VcArgs) -> Result<()> {
         ),
     }
 
-    let step = progress.step(format!(
-        "Converting {:.1} s of speech",
-        source_audio.duration_secs()
-    ));
     let started = Instant::now();
     let mut opts = VcOptions::default();
     opts.seed = rt.seed;
+    let mut bar = WindowBar::new(&progress, source_audio.duration_secs());
     let audio = vc
-        .generate(&source_audio, &opts)
+        .generate_with_progress(&source_audio, &opts, &mut |p| bar.event(p))
         .context("voice conversion failed")?;
-    step.done("Converted");
+    bar.done();
     out.write(&audio, rt.wav_format)?;
     progress.note(summary(&out, audio.duration_secs(), started.elapsed()));
     Ok(())
+}
+
+/// A spinner while the source converts in one pass; a bar of windows when it is long enough to
+/// be converted in several (off a terminal, a line per finished window).
+struct WindowBar<'a> {
+    progress: &'a Progress,
+    source_secs: f64,
+    step: Option<Step>,
+    bar: Option<ProgressBar>,
+    started: Instant,
+}
+
+impl<'a> WindowBar<'a> {
+    fn new(progress: &'a Progress, source_secs: f64) -> Self {
+        Self {
+            progress,
+            source_secs,
+            step: Some(progress.step(format!("Converting {source_secs:.1} s of speech"))),
+            bar: None,
+            started: Instant::now(),
+        }
+    }
+
+    fn event(&mut self, p: &VcProgress) {
+        if p.total < 2 {
+            return;
+        }
+        // dropping the spinner clears it
+        self.step = None;
+        let bar = self
+            .bar
+            .get_or_insert_with(|| self.progress.bar(p.total as u64, "converting", "windows"));
+        bar.set_position(p.done as u64);
+        if p.done > 0 {
+            self.progress.plain(format!(
+                "  window {}/{} done ({:.0} s elapsed)",
+                p.done,
+                p.total,
+                self.started.elapsed().as_secs_f64()
+            ));
+        }
+    }
+
+    fn done(mut self) {
+        if let Some(step) = self.step.take() {
+            step.done("Converted");
+        }
+        if let Some(bar) = self.bar.take() {
+            let windows = bar.length().unwrap_or(0);
+            bar.finish_and_clear();
+            self.progress.note(format!(
+                "✓ Converted {:.1} s of speech in {windows} windows ({:.1} s)",
+                self.source_secs,
+                self.started.elapsed().as_secs_f64()
+            ));
+        }
+    }
+}
+
+impl Drop for WindowBar<'_> {
+    fn drop(&mut self) {
+        // a conversion abandoned by an error leaves no bar behind
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
 }

@@ -14,6 +14,7 @@ mod s3gen;
 mod stream_synth;
 mod tts;
 mod vc;
+mod vc_chunks;
 mod voice;
 mod watermark;
 
@@ -33,6 +34,7 @@ pub use tts::{
     MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};
+pub use vc_chunks::VcProgress;
 pub use voice::{integrated_loudness, norm_loudness, VoiceClip};
 pub use watermark::Watermarker;
 

@@ -6,6 +6,7 @@ use crate::config::S3GenConfig;
 use crate::draws::{Draws, SeededDraws};
 use crate::error::loading;
 use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SR, S3_SR};
+use crate::vc_chunks::{self, Joiner, VcProgress};
 use crate::voice::audio_24k;
 use crate::watermark::{WatermarkHook, Watermarker};
 use crate::{PipelineError, Result};
@@ -15,13 +16,35 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Options of [`ChatterboxVc::generate`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VcOptions {
     /// Seed of S3Gen's random draws (CFM noise, vocoder phases and noise). Default: `0`.
     pub seed: u64,
     /// CFM Euler steps. Default: `None` (10).
     pub n_cfm_timesteps: Option<usize>,
+    /// Longest source converted in one pass, in milliseconds. A longer source is cut into
+    /// overlapping windows of at most this length, each converted (tokenizer, flow, vocoder)
+    /// with the same target voice, and joined with a [`CROSSFADE_MS`](crate::CROSSFADE_MS)
+    /// linear crossfade, so time grows linearly with its length and memory stays at one window.
+    /// A source up to this length takes the reference's single pass; `0` always does (its time
+    /// grows with the square of the length). Default: `20_000` (20 s).
+    pub window_ms: u32,
+    /// Overlap of consecutive windows, in milliseconds: each join sits at the quietest 40 ms
+    /// token boundary of the overlap's middle half, so both windows have context there. At
+    /// least 160 and at most `window_ms / 2`. Default: `2_000` (2 s).
+    pub overlap_ms: u32,
+}
+
+impl Default for VcOptions {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            n_cfm_timesteps: None,
+            window_ms: 20_000,
+            overlap_ms: 2_000,
+        }
+    }
 }
 
 /// Voice conversion: S3Gen alone (`s3gen.safetensors`), with the checkpoint's built-in voice
@@ -37,6 +60,13 @@ impl VcOptions {
     /// Sets the seed.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// Sets the window and overlap, in milliseconds (`window_ms = 0`: one pass).
+    pub fn with_window(mut self, window_ms: u32, overlap_ms: u32) -> Self {
+        self.window_ms = window_ms;
+        self.overlap_ms = overlap_ms;
         self
     }
 }
@@ -153,24 +183,119 @@ impl ChatterboxVc {
     }
 
     /// Converts `source` (any rate; loaded at 16 kHz as `librosa.load(sr=16000)`) to the
-    /// target voice: 24 kHz audio.
+    /// target voice: 24 kHz audio, 960 samples per 40 ms speech token of the source. Sources
+    /// longer than [`VcOptions::window_ms`] are converted in overlapping windows.
     pub fn generate(&self, source: &Audio, opts: &VcOptions) -> Result<Audio> {
+        self.generate_with_progress(source, opts, &mut |_| {})
+    }
+
+    /// [`ChatterboxVc::generate`] reporting [`VcProgress`] (windows converted).
+    pub fn generate_with_progress(
+        &self,
+        source: &Audio,
+        opts: &VcOptions,
+        progress: &mut dyn FnMut(&VcProgress),
+    ) -> Result<Audio> {
         let src = source.resampled(S3_SR)?.samples;
         let mut draws = SeededDraws::new(opts.seed);
-        let mut wav = self.generate_16k(&src, opts, &mut draws)?;
+        let mut wav = Vec::new();
+        self.convert_16k(&src, opts, &mut draws, progress, &mut |s| {
+            wav.extend_from_slice(s);
+            Ok(())
+        })?;
         self.watermark.apply(&mut wav, S3GEN_SR)?;
         Ok(Audio::new(wav, S3GEN_SR))
     }
 
-    /// The conversion of a 16 kHz clip with S3Gen's draws from `draws` (no watermark).
+    /// [`ChatterboxVc::generate`] streaming: `on_audio` receives the 24 kHz samples as they are
+    /// final (a window at a time, less the crossfade held back), so memory stays flat over long
+    /// sources. No watermark is applied to streamed audio.
+    pub fn generate_stream(
+        &self,
+        source: &Audio,
+        opts: &VcOptions,
+        progress: &mut dyn FnMut(&VcProgress),
+        on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let src = source.resampled(S3_SR)?.samples;
+        let mut draws = SeededDraws::new(opts.seed);
+        self.convert_16k(&src, opts, &mut draws, progress, on_audio)
+    }
+
+    /// The conversion of a 16 kHz clip with S3Gen's draws from `draws` (no watermark). Windows
+    /// take their draws from `draws` one after the other.
     pub fn generate_16k(
         &self,
         source_16k: &[f32],
         opts: &VcOptions,
         draws: &mut dyn Draws,
     ) -> Result<Vec<f32>> {
+        let mut wav = Vec::new();
+        self.convert_16k(source_16k, opts, draws, &mut |_| {}, &mut |s| {
+            wav.extend_from_slice(s);
+            Ok(())
+        })?;
+        Ok(wav)
+    }
+
+    /// One pass over the whole clip (`vc.py`'s `generate`) when it fits a window, else window
+    /// by window (see `vc_chunks`).
+    fn convert_16k(
+        &self,
+        source_16k: &[f32],
+        opts: &VcOptions,
+        draws: &mut dyn Draws,
+        progress: &mut dyn FnMut(&VcProgress),
+        on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
         let target = self.target.as_ref().ok_or(PipelineError::NoConditionals)?;
         chatterbox_dsp::check_signal("source clip", source_16k)?;
+        let n = vc_chunks::tokens_for(source_16k.len());
+        let windows = match vc_chunks::window_tokens(opts.window_ms, opts.overlap_ms)? {
+            Some((window, overlap)) if n > window => {
+                let energy = vc_chunks::token_energy(source_16k);
+                vc_chunks::plan(n, window, overlap, &energy)
+            }
+            _ => {
+                progress(&VcProgress::new(0, 1));
+                let wav = self.convert_once(source_16k, target, opts, draws)?;
+                on_audio(&wav)?;
+                progress(&VcProgress::new(1, 1));
+                return Ok(());
+            }
+        };
+        let total = windows.len();
+        progress(&VcProgress::new(0, total));
+        let mut joiner = Joiner::new(total);
+        for (index, w) in windows.iter().enumerate() {
+            let _span = tracing::debug_span!("vc_window", index, total).entered();
+            let wav = self.convert_once(
+                &source_16k[w.source(n, source_16k.len())],
+                target,
+                opts,
+                draws,
+            )?;
+            let ready = joiner.push(index, w, &wav);
+            if !ready.is_empty() {
+                on_audio(&ready)?;
+            }
+            progress(&VcProgress::new(index + 1, total));
+        }
+        let rest = joiner.finish();
+        if !rest.is_empty() {
+            on_audio(&rest)?;
+        }
+        Ok(())
+    }
+
+    /// Tokenizer, flow and vocoder over one stretch of source.
+    fn convert_once(
+        &self,
+        source_16k: &[f32],
+        target: &S3GenRef,
+        opts: &VcOptions,
+        draws: &mut dyn Draws,
+    ) -> Result<Vec<f32>> {
         let tokens = self.s3gen.tokenizer().forward(&[source_16k], S3_SR, None)?;
         let tokens = tokens.to_vecs()?.into_iter().next().unwrap_or_default();
         if tokens.is_empty() {
