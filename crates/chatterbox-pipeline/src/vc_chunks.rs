@@ -280,10 +280,16 @@ mod tests {
     fn the_crossfade_removes_the_jump_between_windows() {
         // a hard cut between windows out of phase jumps by far more than the tone's own steps
         let (cut, p999) = largest_step(0);
-        assert!(cut > 10.0 * p999, "hard cut {cut}, 99.9th percentile {p999}");
+        assert!(
+            cut > 10.0 * p999,
+            "hard cut {cut}, 99.9th percentile {p999}"
+        );
         // the crossfade's own ramp adds at most 2 / 1201 (two unit tones, 1200 samples) to it
         let (joined, p999) = largest_step(CROSSFADE_MS as usize * 24);
-        assert!(joined <= p999 + 2.0 / 1201.0, "joined {joined}, p99.9 {p999}");
+        assert!(
+            joined <= p999 + 2.0 / 1201.0,
+            "joined {joined}, p99.9 {p999}"
+        );
     }
 
     #[test]
