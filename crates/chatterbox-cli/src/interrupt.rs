@@ -50,7 +50,13 @@ fn on_signal() {
 
 /// Saves the guarded file, if any, and says what happened.
 fn save() -> String {
-    let shared = ACTIVE.lock().unwrap_or_else(PoisonError::into_inner).take();
+    save_from(&ACTIVE)
+}
+
+/// Saves the file guarded in `active` (the process's `ACTIVE`, or a test's own, so that
+/// tests running in parallel do not take each other's files).
+fn save_from(active: &Mutex<Option<Shared>>) -> String {
+    let shared = active.lock().unwrap_or_else(PoisonError::into_inner).take();
     let Some(shared) = shared else {
         return "interrupted: nothing was written".into();
     };
@@ -92,8 +98,9 @@ mod tests {
         let mut w = WavFileWriter::create(&dest, 24_000, chatterbox_dsp::WavFormat::Pcm16)?;
         w.push(&[0.1; 12_000])?;
         let shared: Shared = Arc::new(Mutex::new(Some(w)));
-        guard(&shared);
-        let msg = save();
+        // A registry of the test's own: the process-wide one is used by other tests' sinks.
+        let active = Mutex::new(Some(shared));
+        let msg = save_from(&active);
         assert!(msg.contains("0.5 s of audio"), "{msg}");
         let kept = msg
             .split(" are in ")
@@ -103,7 +110,11 @@ mod tests {
             .ok_or_else(|| anyhow::anyhow!("no path in {msg}"))?;
         assert_eq!(chatterbox_dsp::audio::load(&kept)?.samples.len(), 12_000);
         assert_eq!(std::fs::read(&dest)?, b"an earlier file");
-        assert_eq!(save(), "interrupted: nothing was written", "taken once");
+        assert_eq!(
+            save_from(&active),
+            "interrupted: nothing was written",
+            "taken once"
+        );
         Ok(())
     }
 }
