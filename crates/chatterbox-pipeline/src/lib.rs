@@ -30,8 +30,9 @@ pub use s3gen::{
 };
 pub use stream_synth::{StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
 pub use tts::{
-    drop_invalid_tokens, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts, ChunkOutput,
-    MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+    drop_invalid_tokens, AudioChunk, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
+    ChunkOutput, SpeechStream, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE,
+    TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;

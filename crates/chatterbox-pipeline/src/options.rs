@@ -2,6 +2,7 @@
 //! 5de7a54) as one options struct, with each variant's defaults as constructors.
 use crate::checkpoint::Variant;
 use crate::error::invalid;
+use crate::stream_synth::StreamSchedule;
 use crate::Result;
 
 /// Length of the linear crossfade between the audio of consecutive text chunks.
@@ -51,6 +52,10 @@ pub struct GenerateOptions {
     pub max_chunk_chars: usize,
     /// Linear crossfade between chunks, in milliseconds. Default [`CROSSFADE_MS`] (50 ms).
     pub crossfade_ms: u32,
+    /// When the models' `stream` runs the flow and HiFT on the tokens drawn so far (ignored
+    /// by `generate`). Default: hops of 12, 24, 48 then 96 tokens (English, multilingual);
+    /// 8, 16, 32 then 64 (Turbo, Nano); see [`StreamSchedule`].
+    pub stream: StreamSchedule,
 }
 
 impl Default for GenerateOptions {
@@ -77,6 +82,7 @@ impl GenerateOptions {
             n_cfm_timesteps: None,
             max_chunk_chars: chatterbox_text::DEFAULT_MAX_CHARS,
             crossfade_ms: CROSSFADE_MS,
+            stream: StreamSchedule::new(vec![12, 24, 48, 96]),
         }
     }
 
@@ -93,6 +99,7 @@ impl GenerateOptions {
             cfg_weight: 0.0,
             min_p: 0.0,
             top_p: 0.95,
+            stream: StreamSchedule::new(vec![8, 16, 32, 64]),
             ..Self::english()
         }
     }
@@ -115,6 +122,12 @@ impl GenerateOptions {
     /// Sets the language id.
     pub fn with_language(mut self, language: impl Into<String>) -> Self {
         self.language = Some(language.into());
+        self
+    }
+
+    /// Sets the streaming schedule.
+    pub fn with_stream_schedule(mut self, schedule: StreamSchedule) -> Self {
+        self.stream = schedule;
         self
     }
 

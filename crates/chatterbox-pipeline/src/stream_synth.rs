@@ -39,7 +39,8 @@ use chatterbox_vocoder::{HiFTGenerator, TrimFade};
 pub struct StreamSchedule {
     /// Speech tokens each chunk makes final, in order; the last entry repeats (CosyVoice2: 25
     /// throughout). Each chunk also waits for `pre_lookahead_len` (3) tokens after them.
-    /// Default: `[12, 25]` (provisional, to be tuned by measurement).
+    /// Default: `[12, 25]` (CosyVoice2's hop after a short first chunk); the pipeline's
+    /// per-variant defaults are in `GenerateOptions::stream`.
     pub hops: Vec<usize>,
     /// Mel frames HiFT re-synthesises at each join (CosyVoice2's `mel_cache_len`); the waveform
     /// crossfade is `overlap_frames * 480` samples. Default: `8`.
@@ -76,7 +77,7 @@ impl StreamSchedule {
             .unwrap_or(0)
     }
 
-    fn validate(&self, token_mel_ratio: usize) -> Result<()> {
+    pub(crate) fn validate(&self, token_mel_ratio: usize) -> Result<()> {
         let bad = |reason: String| {
             Err(PipelineError::InvalidInput {
                 what: "stream schedule",
@@ -253,12 +254,12 @@ impl<'a> StreamingVocoder<'a> {
 /// audio.extend(stream.finish()?);
 /// # Ok(audio) }
 /// ```
-pub struct StreamingSynth<'a> {
+pub struct StreamingSynth<'a, D: Draws> {
     s3gen: &'a S3Gen,
     reference: &'a S3GenRef,
     schedule: StreamSchedule,
     opts: S3GenOptions,
-    draws: &'a mut (dyn Draws + 'a),
+    draws: D,
     vocoder: StreamingVocoder<'a>,
     tokens: Vec<u32>,
     /// Tokens whose mel frames have been made.
@@ -268,15 +269,15 @@ pub struct StreamingSynth<'a> {
     noise: Option<Tensor>,
 }
 
-impl<'a> StreamingSynth<'a> {
+impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// A stream in the voice of `reference`, drawing the CFM noise and HiFT's sine draws from
-    /// `draws`.
+    /// `draws` (owned, or borrowed as `&mut draws`).
     pub fn new(
         s3gen: &'a S3Gen,
         reference: &'a S3GenRef,
         schedule: StreamSchedule,
         opts: S3GenOptions,
-        draws: &'a mut dyn Draws,
+        draws: D,
     ) -> Result<Self> {
         schedule.validate(s3gen.flow().config().token_mel_ratio)?;
         Ok(Self {
@@ -291,6 +292,11 @@ impl<'a> StreamingSynth<'a> {
             chunks: 0,
             noise: None,
         })
+    }
+
+    /// Samples handed out so far.
+    pub fn emitted(&self) -> usize {
+        self.vocoder.emitted()
     }
 
     /// Tokens received so far.
@@ -379,7 +385,7 @@ impl<'a> StreamingSynth<'a> {
         let mel = feat.narrow(2, start, feat.dim(2)? - start)?;
         debug_assert_eq!(mel.dim(2)?, hop * ratio);
         let sample_offset = self.vocoder.emitted();
-        let audio = self.vocoder.push(&mel, finalize, &mut *self.draws)?;
+        let audio = self.vocoder.push(&mel, finalize, &mut self.draws)?;
         let chunk = StreamChunk {
             index: self.chunks,
             sample_offset,

@@ -474,7 +474,7 @@ fn misuse_is_a_typed_error() -> R<()> {
     let s3 = s3gen(&ffx, &vfx)?;
     let voice = voice(&ft)?;
     let mut d = SeededDraws::new(0);
-    let invalid = |r: chatterbox_pipeline::Result<StreamingSynth>| match r {
+    let invalid = |r: chatterbox_pipeline::Result<StreamingSynth<&mut SeededDraws>>| match r {
         Err(PipelineError::InvalidInput { what, .. }) => assert_eq!(what, "stream schedule"),
         Err(other) => panic!("expected InvalidInput, got {other:?}"),
         Ok(_) => panic!("expected InvalidInput, got a stream"),

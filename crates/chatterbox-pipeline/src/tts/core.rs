@@ -150,7 +150,7 @@ impl TtsCore {
         })
     }
 
-    fn is_turbo(&self) -> bool {
+    pub(crate) fn is_turbo(&self) -> bool {
         matches!(self.variant, Variant::Turbo | Variant::Nano)
     }
 
@@ -249,7 +249,7 @@ impl TtsCore {
         Ok(Conditionals { t3, gen })
     }
 
-    fn language(&self, opts: &GenerateOptions) -> Result<Option<Language>> {
+    pub(crate) fn language(&self, opts: &GenerateOptions) -> Result<Option<Language>> {
         match (&opts.language, self.variant) {
             (Some(l), Variant::Multilingual) if !l.is_empty() => {
                 Ok(Some(Language::parse(&l.to_lowercase())?))
@@ -291,21 +291,9 @@ impl TtsCore {
             })
         };
         let raw_tokens: Vec<u32> = if self.is_turbo() {
-            if opts.cfg_weight > 0.0 || opts.exaggeration > 0.0 || opts.min_p > 0.0 {
-                tracing::warn!(
-                    "CFG, min_p and exaggeration are not supported by Turbo and will be ignored"
-                );
-            }
             let cond_emb = self.t3.prepare_conditioning(&conds.t3)?;
-            let mut o = chatterbox_t3::TurboOptions::default();
-            o.temperature = opts.temperature;
-            o.top_k = opts.top_k;
-            o.top_p = opts.top_p;
-            o.repetition_penalty = opts.repetition_penalty;
-            o.max_gen_len = max;
-            o.sampling = sampling;
             let mut v = Vec::new();
-            for t in self.t3.generate_turbo(&cond_emb, &ids, &o)? {
+            for t in self.token_stream(&cond_emb, &ids, opts, sampling)? {
                 v.push(t?);
                 on_token(v.len());
             }
@@ -317,17 +305,8 @@ impl TtsCore {
         } else {
             let cond = conds.with_exaggeration(opts.exaggeration);
             let cond_emb = self.t3.prepare_conditioning(&cond.t3)?;
-            let padded = self.t3.pad_text_tokens(&ids);
-            let mut o = chatterbox_t3::GenerateOptions::default();
-            o.max_new_tokens = max;
-            o.temperature = opts.temperature;
-            o.top_p = opts.top_p;
-            o.min_p = opts.min_p;
-            o.repetition_penalty = opts.repetition_penalty;
-            o.cfg_weight = opts.cfg_weight;
-            o.sampling = sampling;
             let mut v = Vec::new();
-            for t in self.t3.generate(&cond_emb, &padded, &o)? {
+            for t in self.token_stream(&cond_emb, &ids, opts, sampling)? {
                 v.push(t?);
                 on_token(v.len());
             }
@@ -382,6 +361,55 @@ impl TtsCore {
         })
     }
 
+    /// T3's token stream for text tokens `ids` (without SOT/EOT) with the variant's options.
+    pub(crate) fn token_stream<'a>(
+        &'a self,
+        cond_emb: &Tensor,
+        ids: &[u32],
+        opts: &GenerateOptions,
+        sampling: Sampling,
+    ) -> Result<chatterbox_t3::TokenStream<'a>> {
+        if self.is_turbo() {
+            if opts.cfg_weight > 0.0 || opts.exaggeration > 0.0 || opts.min_p > 0.0 {
+                tracing::warn!(
+                    "CFG, min_p and exaggeration are not supported by Turbo and will be ignored"
+                );
+            }
+            let mut o = chatterbox_t3::TurboOptions::default();
+            o.temperature = opts.temperature;
+            o.top_k = opts.top_k;
+            o.top_p = opts.top_p;
+            o.repetition_penalty = opts.repetition_penalty;
+            o.max_gen_len = opts.max_new_tokens;
+            o.sampling = sampling;
+            Ok(self.t3.generate_turbo(cond_emb, ids, &o)?)
+        } else {
+            let padded = self.t3.pad_text_tokens(ids);
+            let mut o = chatterbox_t3::GenerateOptions::default();
+            o.max_new_tokens = opts.max_new_tokens;
+            o.temperature = opts.temperature;
+            o.top_p = opts.top_p;
+            o.min_p = opts.min_p;
+            o.repetition_penalty = opts.repetition_penalty;
+            o.cfg_weight = opts.cfg_weight;
+            o.sampling = sampling;
+            Ok(self.t3.generate(cond_emb, &padded, &o)?)
+        }
+    }
+
+    /// The text chunks `generate` speaks one after the other (`max_chunk_chars`).
+    pub(crate) fn text_chunks(&self, text: &str, opts: &GenerateOptions) -> Result<Vec<String>> {
+        if opts.max_chunk_chars == 0 {
+            return Ok(vec![text.to_string()]);
+        }
+        let c = SentenceChunker::new(opts.max_chunk_chars)?.split(text);
+        Ok(if c.is_empty() {
+            vec![text.to_string()]
+        } else {
+            c
+        })
+    }
+
     /// The variant's token post-processing before S3Gen.
     pub(crate) fn post_process(&self, raw: &[u32]) -> Vec<u32> {
         match self.variant {
@@ -423,18 +451,8 @@ impl TtsCore {
     ) -> Result<()> {
         opts.validate()?;
         let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
-        let chunks: Vec<String> = if opts.max_chunk_chars == 0 {
-            vec![text.to_string()]
-        } else {
-            let c = SentenceChunker::new(opts.max_chunk_chars)?.split(text);
-            if c.is_empty() {
-                vec![text.to_string()]
-            } else {
-                c
-            }
-        };
+        let chunks = self.text_chunks(text, opts)?;
         let seed = opts.seed.unwrap_or_else(rand::random);
-        let mut draws = SeededDraws::new(seed);
         let fade = (opts.crossfade_ms as usize * S3GEN_SR as usize) / 1000;
         let mut fader = Crossfader::new(fade);
         let total = chunks.len();
@@ -449,6 +467,8 @@ impl TtsCore {
             } else {
                 Sampling::Seeded(seed.wrapping_add(index as u64))
             };
+            // Each chunk's draws from its own seed, as a stream draws them.
+            let mut draws = SeededDraws::new(seed.wrapping_add(index as u64));
             let out = self.synthesize(chunk, opts, conds, sampling, &mut draws, index, progress)?;
             let samples = out.wav.len();
             let ready = fader.push(out.wav);

@@ -1,11 +1,14 @@
 //! The text-to-speech models: `ChatterboxTTS` (chatterbox/tts.py), `ChatterboxMultilingualTTS`
 //! (chatterbox/mtl_tts.py) and `ChatterboxTurboTTS` (chatterbox/tts_turbo.py), upstream 5de7a54.
 mod core;
+mod stream;
 
 pub use self::core::{
     drop_invalid_tokens, ChunkOutput, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE,
     TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
+
+pub use self::stream::{AudioChunk, SpeechStream};
 
 use self::core::TtsCore;
 use crate::checkpoint::{MultilingualT3, Variant};
@@ -119,6 +122,16 @@ macro_rules! tts_methods {
                 on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
             ) -> Result<()> {
                 self.core.generate_stream(text, opts, progress, on_audio)
+            }
+
+            /// `text` streamed token by token: an iterator of [`AudioChunk`]s, the first one
+            /// ready after the schedule's first chunk of speech tokens
+            /// ([`GenerateOptions::stream`]) instead of after the whole sentence. The same
+            /// seed draws the same tokens and CFM noise as [`Self::generate`]; the audio
+            /// differs slightly at the chunk joins (see [`SpeechStream`]). No watermark is
+            /// applied. Dropping the iterator stops the generation.
+            pub fn stream(&self, text: &str, opts: &GenerateOptions) -> Result<SpeechStream<'_>> {
+                SpeechStream::new(&self.core, text, opts)
             }
 
             /// One generation without chunking, with T3's sampling and S3Gen's draws given
