@@ -26,6 +26,9 @@ Examples:
   chatterbox speak --file chapter1.txt --model turbo --voice narrator.wav -o chapter1.wav
   cat notes.txt | chatterbox speak - -o notes.wav
 
+  # Hear the speech while it is generated
+  chatterbox speak --file chapter1.txt --stream -o - | aplay
+
   # Offline, from a checkpoint directory, on a GPU
   chatterbox speak \"Hi.\" --model-dir ./chatterbox-ckpt --device cuda -o hi.wav
 
@@ -80,9 +83,29 @@ Examples:
   chatterbox speak --file story.txt --model turbo -o story.wav
   echo \"Piped text.\" | chatterbox speak -o piped.wav
 
+  # Play the speech as it is generated: a WAV stream, or raw 16-bit PCM
+  chatterbox speak --file story.txt --stream -o - | aplay
+  chatterbox speak --file story.txt --stream --wav-format raw -o - | aplay -f S16_LE -r 24000 -c 1
+  chatterbox speak --file story.txt --stream --wav-format raw -o - | ffplay -f s16le -ar 24000 -ac 1 -
+
   # Prepare a voice once, reuse it without the clip (faster start)
   chatterbox speak \"First line.\" --voice me.wav --save-voice me.voice.safetensors -o 1.wav
   chatterbox speak \"Second line.\" --voice-file me.voice.safetensors -o 2.wav";
+
+const STREAM_HELP: &str = "\
+Stream the speech: the audio is synthesised and written while the speech tokens are drawn, so \
+the first audio comes after the first chunk of speech tokens (12 of them, about half a second \
+of speech; 8 with turbo and nano) instead of after each whole sentence, and the rest follows \
+chunk by chunk. The time to the first audio is reported.
+
+With -o - the audio goes to standard output as it comes, flushed after every chunk: a WAV \
+stream of unknown length (the RIFF and data sizes are 0xFFFFFFFF, as ffmpeg writes to pipes; \
+aplay, sox and ffmpeg read it to its end), or headerless PCM with --wav-format raw. A file is \
+written as it comes too, and renamed into place at the end.
+
+The same --seed draws the same speech tokens as without --stream, so the speech and its length \
+are the same; the audio differs slightly around the chunk joins, where each chunk is \
+synthesised before the tokens after it are known.";
 
 const VC_EXAMPLES: &str = "\
 Examples:
@@ -151,13 +174,16 @@ pub enum DtypeArg {
     Bf16,
 }
 
-/// Sample format of the written WAV file.
+/// Format of the written audio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WavFormatArg {
-    /// 16-bit integer PCM (plays everywhere).
+    /// WAV, 16-bit integer PCM (plays everywhere).
     Pcm16,
-    /// 32-bit float.
+    /// WAV, 32-bit float.
     F32,
+    /// Raw 16-bit little-endian PCM, mono, 24 kHz, no header (s16le: `aplay -f S16_LE -r 24000
+    /// -c 1`, `ffplay -f s16le -ar 24000 -ac 1 -`).
+    Raw,
 }
 
 /// Options shared by every subcommand: where the model comes from and where it runs.
@@ -186,10 +212,12 @@ pub struct RuntimeArgs {
     /// GPUs).
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DtypeArg,
-    /// Output WAV file ('-' writes it to standard output).
+    /// Output file ('-' writes it to standard output; `speak --stream` writes it as the
+    /// audio is generated).
     #[arg(short, long, value_name = "FILE", default_value = "output.wav")]
     pub output: PathBuf,
-    /// Sample format of the WAV file.
+    /// Format of the output: a WAV file of 16-bit PCM or 32-bit float samples, or raw 16-bit
+    /// PCM without a header (for players reading a pipe).
     #[arg(long, value_enum, default_value = "pcm16")]
     pub wav_format: WavFormatArg,
     /// Seed of the random sampling: the same seed, text and voice give the same audio.
@@ -236,6 +264,10 @@ pub struct SpeakArgs {
     /// Save the voice prepared from --voice to this file (.safetensors) for --voice-file.
     #[arg(long, value_name = "FILE")]
     pub save_voice: Option<PathBuf>,
+    /// Stream: write the audio while the speech tokens are drawn; the first audio comes after
+    /// the first chunk of tokens instead of after each whole sentence (-o - to play it live).
+    #[arg(long, long_help = STREAM_HELP)]
+    pub stream: bool,
     /// The sampling and conditioning knobs.
     #[command(flatten)]
     pub gen: GenerationArgs,

@@ -1,11 +1,17 @@
-//! The output WAV file: checked before any model work (writable, not one of the inputs, not
-//! binary onto a terminal), then written safely: a temporary file beside it whose header is
-//! valid after every chunk, renamed into place at the end (see `chatterbox_dsp::audio::
-//! WavFileWriter`); on Ctrl-C or SIGTERM the finished chunks stay in that file (`interrupt`).
+//! The output WAV (or raw PCM) file: checked before any model work (writable, not one of the
+//! inputs, not binary onto a terminal), then written safely: a temporary file beside it whose
+//! header is valid after every chunk, renamed into place at the end (see `chatterbox_dsp::
+//! audio::WavFileWriter` and `RawFileWriter`); on Ctrl-C or SIGTERM the finished chunks stay in
+//! that file (`interrupt`).
+//!
+//! Standard output cannot seek back to fill in a WAV header: a whole WAV is written there at
+//! the end, except when streaming (`speak --stream`), where a header of unknown length (sizes
+//! `0xFFFFFFFF`, as ffmpeg writes to pipes) goes first and the samples follow as they come;
+//! raw PCM goes there as it comes. Either way each piece is flushed as soon as it is written.
 use crate::args::WavFormatArg;
 use crate::interrupt;
-use anyhow::{bail, Context, Result};
-use chatterbox_dsp::audio::WavFileWriter;
+use anyhow::{anyhow, bail, Context, Result};
+use chatterbox_dsp::audio::{RawFileWriter, WavFileWriter};
 use chatterbox_dsp::{Audio, WavFormat};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -29,7 +35,7 @@ impl Output {
         if path == Path::new("-") {
             if std::io::stdout().is_terminal() {
                 bail!(
-                    "-o -: standard output is a terminal, and WAV data is binary; redirect it \
+                    "-o -: standard output is a terminal, and audio data is binary; redirect it \
                      (-o - > out.wav, or -o - | aplay) or pass -o FILE"
                 );
             }
@@ -78,9 +84,9 @@ impl Output {
         Ok(())
     }
 
-    /// Writes `audio` as a mono WAV file.
+    /// Writes `audio` as a mono WAV file (or raw PCM).
     pub fn write(&self, audio: &Audio, format: WavFormatArg) -> Result<()> {
-        let mut sink = self.sink(audio.sample_rate, format)?;
+        let mut sink = self.sink(audio.sample_rate, format, false)?;
         sink.push(&audio.samples)?;
         sink.finish().map(drop)
     }
@@ -88,12 +94,19 @@ impl Output {
     /// A writer that takes the audio piece by piece (long texts: memory stays flat). A file is
     /// written into a temporary file as the audio comes and renamed into place by
     /// [`Sink::finish`]; dropped unfinished, the temporary file is removed; on a signal it is
-    /// kept (see `interrupt`).
-    pub fn sink(&self, sample_rate: u32, format: WavFormatArg) -> Result<Sink> {
+    /// kept (see `interrupt`). On standard output a WAV is written whole by [`Sink::finish`],
+    /// unless `live` (`--stream`): then as the audio comes, after a header of unknown length;
+    /// raw PCM always as it comes.
+    pub fn sink(&self, sample_rate: u32, format: WavFormatArg, live: bool) -> Result<Sink> {
+        let samples = sample_format(format);
         let inner = match self {
             Self::File(path) => {
-                let w = WavFileWriter::create(path, sample_rate, wav_format(format))
-                    .with_context(|| format!("cannot write {}", path.display()))?;
+                let w = if format == WavFormatArg::Raw {
+                    RawFileWriter::create(path, samples).map(FileWriter::Raw)
+                } else {
+                    WavFileWriter::create(path, sample_rate, samples).map(FileWriter::Wav)
+                }
+                .with_context(|| format!("cannot write {}", path.display()))?;
                 let shared: interrupt::Shared = Arc::new(Mutex::new(Some(w)));
                 interrupt::guard(&shared);
                 SinkInner::File {
@@ -101,13 +114,21 @@ impl Output {
                     path: path.clone(),
                 }
             }
+            Self::Stdout if format == WavFormatArg::Raw => SinkInner::Pipe { header: None },
+            Self::Stdout if live => SinkInner::Pipe {
+                header: Some(chatterbox_dsp::audio::wav_stream_header(
+                    sample_rate,
+                    samples,
+                )?),
+            },
             Self::Stdout => SinkInner::Memory(Vec::new()),
         };
         Ok(Sink {
             inner,
-            format,
+            format: samples,
             sample_rate,
             samples: 0,
+            bytes: Vec::new(),
         })
     }
 
@@ -120,10 +141,63 @@ impl Output {
     }
 }
 
-fn wav_format(format: WavFormatArg) -> WavFormat {
+/// The sample format (raw PCM is 16-bit).
+fn sample_format(format: WavFormatArg) -> WavFormat {
     match format {
-        WavFormatArg::Pcm16 => WavFormat::Pcm16,
+        WavFormatArg::Pcm16 | WavFormatArg::Raw => WavFormat::Pcm16,
         WavFormatArg::F32 => WavFormat::Float32,
+    }
+}
+
+/// The file being written: a WAV file or a raw PCM one, each through a temporary file beside
+/// its destination.
+#[derive(Debug)]
+pub enum FileWriter {
+    /// `--wav-format pcm16` or `f32`.
+    Wav(WavFileWriter),
+    /// `--wav-format raw`.
+    Raw(RawFileWriter),
+}
+
+impl FileWriter {
+    /// Appends samples (the file is valid after it).
+    pub fn push(&mut self, samples: &[f32]) -> chatterbox_dsp::Result<()> {
+        match self {
+            Self::Wav(w) => w.push(samples),
+            Self::Raw(w) => w.push(samples),
+        }
+    }
+
+    /// Completes the file and renames it over the destination.
+    pub fn finish(self) -> chatterbox_dsp::Result<PathBuf> {
+        match self {
+            Self::Wav(w) => w.finish(),
+            Self::Raw(w) => w.finish(),
+        }
+    }
+
+    /// Stops and keeps what was written under the temporary name; returns it.
+    pub fn keep_partial(self) -> chatterbox_dsp::Result<PathBuf> {
+        match self {
+            Self::Wav(w) => w.keep_partial(),
+            Self::Raw(w) => w.keep_partial(),
+        }
+    }
+
+    /// Where [`FileWriter::finish`] puts the file.
+    pub fn destination(&self) -> &Path {
+        match self {
+            Self::Wav(w) => w.destination(),
+            Self::Raw(w) => w.destination(),
+        }
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> usize {
+        match self {
+            Self::Wav(w) => w.samples(),
+            Self::Raw(w) => w.samples(),
+        }
     }
 }
 
@@ -146,20 +220,29 @@ enum SinkInner {
         writer: interrupt::Shared,
         path: PathBuf,
     },
+    /// Standard output, written as the audio comes: `header` (a WAV stream's) goes before the
+    /// first samples.
+    Pipe { header: Option<Vec<u8>> },
+    /// Standard output, a whole WAV written at the end.
     Memory(Vec<f32>),
 }
 
 /// Audio written as it is generated; see [`Output::sink`].
 pub struct Sink {
     inner: SinkInner,
-    format: WavFormatArg,
+    format: WavFormat,
     sample_rate: u32,
     samples: usize,
+    /// The bytes of the piece going to standard output (reused).
+    bytes: Vec<u8>,
 }
 
 impl Sink {
-    /// Appends samples.
+    /// Appends samples (none is fine) and flushes them to the file or standard output.
     pub fn push(&mut self, samples: &[f32]) -> Result<()> {
+        if samples.is_empty() {
+            return Ok(());
+        }
         chatterbox_dsp::check_signal("generated audio", samples)?;
         match &mut self.inner {
             SinkInner::File { writer, path } => {
@@ -170,16 +253,25 @@ impl Sink {
                 w.push(samples)
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
+            SinkInner::Pipe { header } => {
+                self.bytes.clear();
+                if let Some(h) = header.take() {
+                    self.bytes.extend_from_slice(&h);
+                }
+                chatterbox_dsp::audio::encode_samples(samples, self.format, &mut self.bytes);
+                to_stdout(&self.bytes)?;
+                interrupt::piped(samples.len());
+            }
             SinkInner::Memory(v) => v.extend_from_slice(samples),
         }
         self.samples += samples.len();
         Ok(())
     }
 
-    /// Completes the file and renames it into place (or writes the WAV to stdout); returns
+    /// Completes the file and renames it into place (or completes standard output); returns
     /// the number of samples.
-    pub fn finish(self) -> Result<usize> {
-        match &self.inner {
+    pub fn finish(mut self) -> Result<usize> {
+        match &mut self.inner {
             SinkInner::File { writer, path } => {
                 let taken = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
                 interrupt::release();
@@ -188,17 +280,30 @@ impl Sink {
                         .with_context(|| format!("cannot write {}", path.display()))?;
                 }
             }
+            // A stream without a sample is still a (valid, empty) WAV stream.
+            SinkInner::Pipe { header } => to_stdout(&header.take().unwrap_or_default())?,
             SinkInner::Memory(v) => {
-                let audio = Audio::new(v.clone(), self.sample_rate);
-                let bytes = chatterbox_dsp::audio::wav_bytes(&audio, wav_format(self.format))?;
-                let mut out = std::io::stdout().lock();
-                out.write_all(&bytes)
-                    .and_then(|()| out.flush())
-                    .context("cannot write the WAV data to standard output")?;
+                let audio = Audio::new(std::mem::take(v), self.sample_rate);
+                let bytes = chatterbox_dsp::audio::wav_bytes(&audio, self.format)?;
+                to_stdout(&bytes)?;
             }
         }
         Ok(self.samples)
     }
+}
+
+/// Writes `bytes` to standard output and flushes it.
+fn to_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => anyhow!(
+                "cannot write the audio to standard output: it was closed (the program \
+                 reading it has stopped)"
+            ),
+            _ => anyhow!(e).context("cannot write the audio to standard output"),
+        })
 }
 
 impl Drop for Sink {
@@ -279,7 +384,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("s.wav");
         let out = Output::check(&path)?;
-        let mut sink = out.sink(24_000, WavFormatArg::F32)?;
+        let mut sink = out.sink(24_000, WavFormatArg::F32, true)?;
         sink.push(&[0.1, 0.2])?;
         sink.push(&[-0.3])?;
         assert!(!path.exists(), "renamed into place only at the end");
@@ -287,7 +392,7 @@ mod tests {
         let back = chatterbox_dsp::audio::load(&path)?;
         assert_eq!(back.samples, vec![0.1, 0.2, -0.3]);
 
-        let mut sink = out.sink(24_000, WavFormatArg::Pcm16)?;
+        let mut sink = out.sink(24_000, WavFormatArg::Pcm16, false)?;
         sink.push(&[0.1])?;
         assert!(sink.push(&[f32::NAN]).is_err());
         drop(sink);
@@ -298,6 +403,27 @@ mod tests {
             vec![0.1, 0.2, -0.3],
             "the earlier file is intact"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_raw_sink_writes_headerless_pcm_and_keeps_the_old_file_until_done() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("s.raw");
+        std::fs::write(&path, b"old")?;
+        let out = Output::check(&path)?;
+        let mut sink = out.sink(24_000, WavFormatArg::Raw, true)?;
+        sink.push(&[0.5])?;
+        sink.push(&[])?;
+        sink.push(&[-1.5, 0.0])?;
+        assert_eq!(std::fs::read(&path)?, b"old");
+        assert_eq!(sink.finish()?, 3);
+        assert_eq!(
+            std::fs::read(&path)?,
+            [0x00, 0x40, 0x01, 0x80, 0x00, 0x00],
+            "s16le, clipped"
+        );
+        assert_eq!(names(dir.path())?, vec!["s.raw"]);
         Ok(())
     }
 }

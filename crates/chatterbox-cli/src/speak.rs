@@ -1,18 +1,20 @@
 //! `chatterbox speak`: text to speech with `ChatterboxTts`, `ChatterboxMultilingualTts` or
-//! `ChatterboxTurboTts`.
+//! `ChatterboxTurboTts`: sentence by sentence (`generate_stream`), or token by token with
+//! `--stream` (the models' `stream`), each piece written as soon as it is final.
 use crate::args::{GenerationArgs, Model, SpeakArgs};
 use crate::input::{load_audio, read_text};
-use crate::output::{summary, Output};
+use crate::output::{summary, Output, Sink};
 use crate::progress::{Progress, Ticker};
 use crate::source::{read_config, Source};
 use crate::{device, hub, japanese, preflight};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
-    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, Variant,
+    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechStream, Variant,
 };
 use indicatif::ProgressBar;
-use std::time::Instant;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// A loaded text-to-speech model of any variant.
 pub enum Tts {
@@ -56,6 +58,10 @@ impl Tts {
         on_audio: &mut dyn FnMut(&[f32]) -> chatterbox_pipeline::Result<()>,
     ) -> Result<()> {
         Ok(each!(self, m => m.generate_stream(text, opts, progress, on_audio))?)
+    }
+
+    fn stream(&self, text: &str, opts: &GenerateOptions) -> Result<SpeechStream<'_>> {
+        Ok(each!(self, m => m.stream(text, opts))?)
     }
 }
 
@@ -287,15 +293,46 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     }
 
     let started = Instant::now();
-    let mut sink = out.sink(ChatterboxTts::SAMPLE_RATE, rt.wav_format)?;
-    let mut bars = Bars::new(&progress, opts.max_new_tokens);
+    let mut sink = out.sink(ChatterboxTts::SAMPLE_RATE, rt.wav_format, args.stream)?;
+    let first_audio = if args.stream {
+        speak_streaming(&tts, &text, &opts, &progress, &mut sink, started)?
+    } else {
+        speak_whole(&tts, &text, &opts, &progress, &mut sink, &out)?;
+        None
+    };
+    let samples = sink.finish()?;
+    let took = started.elapsed();
+    let secs = samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+    let mut line = summary(&out, secs, took);
+    if let Some(first) = first_audio {
+        line.push_str(&format!(", first audio after {:.2} s", first.as_secs_f64()));
+        tracing::info!(
+            "streamed {secs:.1} s of audio in {:.1} s; first audio after {:.2} s",
+            took.as_secs_f64(),
+            first.as_secs_f64()
+        );
+    }
+    progress.note(line);
+    Ok(())
+}
+
+/// Speaks `text` sentence chunk by sentence chunk, each written once it is synthesised.
+fn speak_whole(
+    tts: &Tts,
+    text: &str,
+    opts: &GenerateOptions,
+    progress: &Progress,
+    sink: &mut Sink,
+    out: &Output,
+) -> Result<()> {
+    let mut bars = Bars::new(progress, opts.max_new_tokens);
     let mut write_error = None;
-    let result = tts.generate_stream(&text, &opts, &mut |e| bars.event(e), &mut |samples| {
+    let result = tts.generate_stream(text, opts, &mut |e| bars.event(e), &mut |samples| {
         sink.push(samples).map_err(|e| {
             let msg = format!("{e:#}");
             write_error = Some(e);
             chatterbox_pipeline::PipelineError::Io {
-                path: out_path(&out),
+                path: out_path(out),
                 source: std::io::Error::other(msg),
             }
         })
@@ -304,11 +341,41 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     if let Some(e) = write_error {
         return Err(e);
     }
-    result.context("speech generation failed")?;
-    let samples = sink.finish()?;
-    let secs = samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
-    progress.note(summary(&out, secs, started.elapsed()));
-    Ok(())
+    result.context("speech generation failed")
+}
+
+/// Speaks `text` token by token (`--stream`), each chunk of audio written and flushed as it
+/// comes; returns when the first audio came, counted from `started`.
+fn speak_streaming(
+    tts: &Tts,
+    text: &str,
+    opts: &GenerateOptions,
+    progress: &Progress,
+    sink: &mut Sink,
+    started: Instant,
+) -> Result<Option<Duration>> {
+    let bars = Mutex::new(Bars::new(progress, opts.max_new_tokens));
+    let lock = || bars.lock().unwrap_or_else(PoisonError::into_inner);
+    let result = (|| -> Result<Option<Duration>> {
+        let stream = tts
+            .stream(text, opts)
+            .context("speech generation failed")?
+            .with_progress(|e| lock().event(e));
+        let mut first = None;
+        // A write error returns here, which drops the stream: no more tokens are drawn.
+        for chunk in stream {
+            let chunk = chunk.context("speech generation failed")?;
+            if first.is_none() && !chunk.samples.is_empty() {
+                let after = started.elapsed();
+                first = Some(after);
+                lock().first_audio(after);
+            }
+            sink.push(&chunk.samples)?;
+        }
+        Ok(first)
+    })();
+    lock().clear();
+    result
 }
 
 /// Whether two paths name one file (existing or not: then compared as spelled, made absolute).
@@ -431,6 +498,12 @@ impl<'a> Bars<'a> {
             }
             _ => {}
         }
+    }
+
+    /// The first streamed audio is out, `after` the start of the generation.
+    fn first_audio(&mut self, after: Duration) {
+        self.progress
+            .note(format!("first audio after {:.2} s", after.as_secs_f64()));
     }
 
     fn clear(&mut self) {

@@ -94,6 +94,8 @@ fn help_explains_the_commands_with_examples() {
         "--device",
         "--dtype",
         "--quiet",
+        "--stream",
+        "raw",
         "Examples:",
     ] {
         assert!(

@@ -8,6 +8,11 @@
 //! recognised but not decoded (Ogg Opus, Matroska/WebM, AIFF, ...) are named in the error, with
 //! [`SUPPORTED_FORMATS`].
 //!
+//! A WAV stream of unknown length (data size `0xFFFFFFFF`, what ffmpeg and `chatterbox speak
+//! --stream -o -` write to pipes) is read to the end of the file: symphonia would read it in
+//! whole packets and lose the last, partial one at the end of the data, so the size it reads is
+//! the one the file holds (see [`UnknownWavSize`]).
+//!
 //! Two guards stand between hostile files and symphonia 0.6.1's faults: the Vorbis setup header
 //! is checked before symphonia builds its codebooks (see [`vorbis`]), and a panic inside
 //! symphonia becomes an error (see [`decode_source`]).
@@ -278,7 +283,20 @@ fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Resu
             }
         }
     }
-    let mut mss = MediaSourceStream::new(Box::new(source), Default::default());
+    let patched = match container {
+        Container::Wav => wav_data_size(&mut source, start).map_err(io_error)?,
+        _ => None,
+    };
+    let source: Box<dyn MediaSource> = match patched {
+        Some((at, size)) => Box::new(UnknownWavSize {
+            inner: source,
+            pos: 0,
+            at,
+            size: size.to_le_bytes(),
+        }),
+        None => Box::new(source),
+    };
+    let mut mss = MediaSourceStream::new(source, Default::default());
     if start > 0 {
         mss.seek(SeekFrom::Start(start)).map_err(io_error)?;
     }
@@ -361,6 +379,93 @@ fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Resu
 }
 
 mod vorbis;
+
+/// Chunks of a WAV file looked through for its data chunk.
+const WAV_CHUNK_SCAN: usize = 1024;
+
+/// Where a WAV file (the RIFF header at `start`) of unknown length has its data size
+/// ([`UNKNOWN_WAV_SIZE`](super::UNKNOWN_WAV_SIZE)) and the size of the data it holds: the
+/// rest of the file (at most `0xFFFFFFFE` bytes). `None` for a file whose data size is given
+/// or whose data chunk is not found (symphonia says what is wrong). Leaves `r` at offset 0.
+fn wav_data_size<R: Read + Seek>(r: &mut R, start: u64) -> std::io::Result<Option<(u64, u32)>> {
+    let mut pos = start.saturating_add(12);
+    let mut found = None;
+    for _ in 0..WAV_CHUNK_SCAN {
+        r.seek(SeekFrom::Start(pos))?;
+        let mut header = [0u8; 8];
+        if r.read_exact(&mut header).is_err() {
+            break;
+        }
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if &header[..4] == b"data" {
+            if len == super::UNKNOWN_WAV_SIZE {
+                let data_start = pos.saturating_add(8);
+                let end = r.seek(SeekFrom::End(0))?;
+                let held = end.saturating_sub(data_start).min(u64::from(u32::MAX - 1));
+                // `held` fits: it is at most u32::MAX - 1
+                found = Some((
+                    pos.saturating_add(4),
+                    u32::try_from(held).unwrap_or(u32::MAX - 1),
+                ));
+            }
+            break;
+        }
+        if len == super::UNKNOWN_WAV_SIZE {
+            break;
+        }
+        // chunks are padded to an even length
+        pos = pos.saturating_add(8 + u64::from(len) + u64::from(len & 1));
+    }
+    r.seek(SeekFrom::Start(0))?;
+    Ok(found)
+}
+
+/// A WAV file whose data size reads as `size` (the 4 bytes at offset `at`) instead of
+/// [`UNKNOWN_WAV_SIZE`](super::UNKNOWN_WAV_SIZE): every other byte is the file's own.
+struct UnknownWavSize<S> {
+    inner: S,
+    /// Offset of the next byte read.
+    pos: u64,
+    at: u64,
+    size: [u8; 4],
+}
+
+impl<S: Read> Read for UnknownWavSize<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let from = self.pos;
+        self.pos = from.saturating_add(n as u64);
+        for (i, &b) in self.size.iter().enumerate() {
+            let offset = self.at.saturating_add(i as u64);
+            if (from..self.pos).contains(&offset) {
+                if let Some(slot) = usize::try_from(offset - from)
+                    .ok()
+                    .and_then(|k| buf.get_mut(k))
+                {
+                    *slot = b;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl<S: Seek> Seek for UnknownWavSize<S> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.pos = self.inner.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
+impl<S: MediaSource> MediaSource for UnknownWavSize<S> {
+    fn is_seekable(&self) -> bool {
+        self.inner.is_seekable()
+    }
+
+    fn byte_len(&self) -> Option<u64> {
+        self.inner.byte_len()
+    }
+}
 
 /// The first `n` packets of the first logical stream in the start of an Ogg file (fewer where
 /// `head` ends first).

@@ -4,7 +4,10 @@ mod decode;
 mod wav;
 
 pub use decode::{decode, load, SUPPORTED_FORMATS};
-pub use wav::{wav_bytes, write_wav, WavFileWriter, WavFormat};
+pub use wav::{
+    encode_samples, wav_bytes, wav_stream_header, write_wav, RawFileWriter, WavFileWriter,
+    WavFormat, UNKNOWN_WAV_SIZE,
+};
 
 /// A mono signal and its sample rate.
 #[derive(Debug, Clone, PartialEq)]

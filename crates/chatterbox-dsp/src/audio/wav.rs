@@ -1,5 +1,7 @@
 //! Writing mono WAV files with hound: whole (atomically), piece by piece (a temporary file
-//! with a valid header after every piece, renamed into place at the end) or in memory.
+//! with a valid header after every piece, renamed into place at the end) or in memory; WAV
+//! streams of unknown length for pipes (a header with the sizes `0xFFFFFFFF`, then the samples
+//! as they come); and headerless PCM files, piece by piece as safely as WAV files.
 use super::Audio;
 use crate::error::{check_signal, DspError, Result};
 use std::fs::File;
@@ -44,7 +46,12 @@ fn spec(sample_rate: u32, format: WavFormat) -> hound::WavSpec {
     }
 }
 
-/// Appends `samples` (PCM: clipped to `[-1, 1]`, scaled by 32767 and rounded).
+/// A sample as 16-bit PCM: clipped to `[-1, 1]`, scaled by 32767 and rounded.
+fn pcm16(s: f32) -> i16 {
+    (s.clamp(-1.0, 1.0) * 32767.0).round() as i16
+}
+
+/// Appends `samples` (PCM: see [`pcm16`]).
 fn write_samples<W: Write + Seek>(
     w: &mut hound::WavWriter<W>,
     samples: &[f32],
@@ -53,7 +60,7 @@ fn write_samples<W: Write + Seek>(
     match format {
         WavFormat::Pcm16 => {
             for &s in samples {
-                w.write_sample((s.clamp(-1.0, 1.0) * 32767.0).round() as i16)?;
+                w.write_sample(pcm16(s))?;
             }
         }
         WavFormat::Float32 => {
@@ -80,6 +87,65 @@ pub fn wav_bytes(audio: &Audio, format: WavFormat) -> Result<Vec<u8>> {
     Ok(cursor.into_inner())
 }
 
+/// The RIFF and data chunk sizes of a WAV stream whose length is unknown when its header is
+/// written: `0xFFFFFFFF`, as ffmpeg and sox write to pipes. Readers (ffmpeg, sox, aplay,
+/// [`decode`](super::decode())) take the data to the end of the stream.
+pub const UNKNOWN_WAV_SIZE: u32 = u32::MAX;
+
+/// The 44-byte header of a mono WAV stream of unknown length ([`UNKNOWN_WAV_SIZE`]) at
+/// `sample_rate` in `format`, for outputs that cannot seek back to fill in the sizes (pipes,
+/// network replies): the samples follow as [`encode_samples`] writes them, for as long as
+/// there are any.
+pub fn wav_stream_header(sample_rate: u32, format: WavFormat) -> Result<Vec<u8>> {
+    check_rate("<stream>".as_ref(), sample_rate)?;
+    // WAVE_FORMAT_PCM or WAVE_FORMAT_IEEE_FLOAT, in the 16-byte `fmt ` chunk of plain PCM.
+    let (tag, bytes): (u16, u16) = match format {
+        WavFormat::Pcm16 => (1, 2),
+        WavFormat::Float32 => (3, 4),
+    };
+    let byte_rate = sample_rate.checked_mul(u32::from(bytes)).ok_or_else(|| {
+        DspError::UnsupportedSampleRate {
+            what: "<stream>".into(),
+            got: sample_rate,
+            expected: None,
+        }
+    })?;
+    let mut h = Vec::with_capacity(44);
+    h.extend_from_slice(b"RIFF");
+    h.extend_from_slice(&UNKNOWN_WAV_SIZE.to_le_bytes());
+    h.extend_from_slice(b"WAVEfmt ");
+    h.extend_from_slice(&16u32.to_le_bytes());
+    h.extend_from_slice(&tag.to_le_bytes());
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&sample_rate.to_le_bytes());
+    h.extend_from_slice(&byte_rate.to_le_bytes());
+    h.extend_from_slice(&bytes.to_le_bytes());
+    h.extend_from_slice(&(bytes * 8).to_le_bytes());
+    h.extend_from_slice(b"data");
+    h.extend_from_slice(&UNKNOWN_WAV_SIZE.to_le_bytes());
+    Ok(h)
+}
+
+/// Appends `samples` to `out` as the data of a WAV file in `format` (little-endian 16-bit PCM,
+/// clipped and scaled as in the files written here, or 32-bit float): after a
+/// [`wav_stream_header`], or alone as headerless PCM (`s16le`, `f32le`).
+pub fn encode_samples(samples: &[f32], format: WavFormat, out: &mut Vec<u8>) {
+    match format {
+        WavFormat::Pcm16 => {
+            out.reserve(samples.len() * 2);
+            for &s in samples {
+                out.extend_from_slice(&pcm16(s).to_le_bytes());
+            }
+        }
+        WavFormat::Float32 => {
+            out.reserve(samples.len() * 4);
+            for &s in samples {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+    }
+}
+
 fn check_rate(path: &Path, sample_rate: u32) -> Result<()> {
     if sample_rate == 0 {
         return Err(DspError::UnsupportedSampleRate {
@@ -89,6 +155,31 @@ fn check_rate(path: &Path, sample_rate: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The destination `given` stands for (a symbolic link followed), an open temporary file
+/// beside it (`STEM.partial-XXXXXX{suffix}`) and that file's path, removed when dropped.
+fn partial_file(given: &Path, suffix: &str) -> Result<(PathBuf, File, tempfile::TempPath)> {
+    let dest = std::fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
+    let io = |source: std::io::Error| DspError::Io {
+        path: given.to_path_buf(),
+        source,
+    };
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let stem = dest
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "audio".into());
+    let named = tempfile::Builder::new()
+        .prefix(&format!("{stem}.partial-"))
+        .suffix(suffix)
+        .tempfile_in(&dir)
+        .map_err(io)?;
+    let (file, temp) = named.into_parts();
+    Ok((dest, file, temp))
 }
 
 /// A mono WAV file written piece by piece, safely:
@@ -128,26 +219,11 @@ impl WavFileWriter {
     pub fn create(dest: impl AsRef<Path>, sample_rate: u32, format: WavFormat) -> Result<Self> {
         let given = dest.as_ref();
         check_rate(given, sample_rate)?;
-        let dest = std::fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
-        let io = |source: std::io::Error| DspError::Io {
+        let (dest, file, temp) = partial_file(given, ".wav")?;
+        let clone = file.try_clone().map_err(|source| DspError::Io {
             path: given.to_path_buf(),
             source,
-        };
-        let dir = match dest.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let stem = dest
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "audio".into());
-        let named = tempfile::Builder::new()
-            .prefix(&format!("{stem}.partial-"))
-            .suffix(".wav")
-            .tempfile_in(&dir)
-            .map_err(io)?;
-        let (file, temp) = named.into_parts();
-        let clone = file.try_clone().map_err(io)?;
+        })?;
         let writer = hound::WavWriter::new(BufWriter::new(file), spec(sample_rate, format))
             .map_err(|e| DspError::Encode {
                 path: temp.to_path_buf(),
@@ -261,6 +337,112 @@ impl Drop for WavFileWriter {
         if let Some(w) = self.writer.take() {
             let _ = w.finalize();
         }
+    }
+}
+
+/// A headerless mono PCM file (`s16le` or `f32le`, as [`encode_samples`] writes them)
+/// written piece by piece as safely as a [`WavFileWriter`]: into a temporary file beside the
+/// destination (`NAME.partial-XXXXXX.raw`) that holds whole samples after every
+/// [`push`](Self::push), renamed over the destination by [`finish`](Self::finish), kept by
+/// [`keep_partial`](Self::keep_partial), removed when dropped unfinished.
+pub struct RawFileWriter {
+    file: File,
+    temp: Option<tempfile::TempPath>,
+    dest: PathBuf,
+    format: WavFormat,
+    samples: usize,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for RawFileWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawFileWriter")
+            .field("dest", &self.dest)
+            .field("partial", &self.partial_path())
+            .field("samples", &self.samples)
+            .finish()
+    }
+}
+
+impl RawFileWriter {
+    /// Starts a file for `dest` (its folder must exist and be writable; `dest` itself is not
+    /// touched until [`finish`](Self::finish); a symbolic link there is followed).
+    pub fn create(dest: impl AsRef<Path>, format: WavFormat) -> Result<Self> {
+        let (dest, file, temp) = partial_file(dest.as_ref(), ".raw")?;
+        Ok(Self {
+            file,
+            temp: Some(temp),
+            dest,
+            format,
+            samples: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The temporary file being written (where [`keep_partial`](Self::keep_partial) leaves it).
+    pub fn partial_path(&self) -> &Path {
+        self.temp.as_deref().unwrap_or(&self.dest)
+    }
+
+    /// Where [`finish`](Self::finish) puts the file.
+    pub fn destination(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> usize {
+        self.samples
+    }
+
+    /// Appends samples (checked finite first: nothing is written if one is not; an empty
+    /// piece is fine) and hands them to the operating system.
+    pub fn push(&mut self, samples: &[f32]) -> Result<()> {
+        if samples.is_empty() {
+            return Ok(());
+        }
+        let path = self.partial_path().to_path_buf();
+        check_signal(&path.display().to_string(), samples)?;
+        self.buf.clear();
+        encode_samples(samples, self.format, &mut self.buf);
+        self.file
+            .write_all(&self.buf)
+            .and_then(|()| self.file.flush())
+            .map_err(|source| DspError::Io { path, source })?;
+        self.samples += samples.len();
+        Ok(())
+    }
+
+    /// Syncs the file to disk and renames it over the destination; returns the destination.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.sync()?;
+        let Some(temp) = self.temp.take() else {
+            return Ok(self.dest.clone());
+        };
+        temp.persist(&self.dest).map_err(|e| DspError::Io {
+            path: self.dest.clone(),
+            source: e.error,
+        })?;
+        Ok(self.dest.clone())
+    }
+
+    /// Stops here and keeps the samples written so far in the temporary file; returns its
+    /// path. The destination is not touched.
+    pub fn keep_partial(mut self) -> Result<PathBuf> {
+        self.sync()?;
+        let Some(temp) = self.temp.take() else {
+            return Ok(self.dest.clone());
+        };
+        temp.keep().map_err(|e| DspError::Io {
+            path: self.dest.clone(),
+            source: e.error,
+        })
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let path = self.partial_path().to_path_buf();
+        self.file
+            .sync_all()
+            .map_err(|source| DspError::Io { path, source })
     }
 }
 
@@ -385,6 +567,75 @@ mod tests {
         let back = super::super::decode(wav_bytes(&audio, WavFormat::Pcm16)?, Some("wav"))?;
         assert!((back.samples[1] - 0.5).abs() < 1e-4);
         assert!((back.samples[3] - 1.0).abs() < 1e-4, "clipped to 1");
+        Ok(())
+    }
+
+    #[test]
+    fn a_wav_stream_of_unknown_length_decodes_to_its_end() -> R {
+        // More samples than symphonia reads per packet and no multiple of it: the last,
+        // partial packet is what a reader that wants the data size loses.
+        let samples: Vec<f32> = (0..10_007).map(|i| 0.5 * (i as f32 * 0.01).sin()).collect();
+        let audio = Audio::new(samples.clone(), 24_000);
+        let dir = tempfile::tempdir()?;
+        for format in [WavFormat::Pcm16, WavFormat::Float32] {
+            let mut bytes = wav_stream_header(24_000, format)?;
+            assert_eq!(bytes.len(), 44);
+            assert_eq!(
+                (&bytes[4..8], &bytes[40..44]),
+                (&[0xFF; 4][..], &[0xFF; 4][..])
+            );
+            encode_samples(&samples, format, &mut bytes);
+            let whole = super::super::decode(wav_bytes(&audio, format)?, Some("wav"))?;
+            assert_eq!(whole.samples.len(), samples.len());
+            let back = super::super::decode(bytes.clone(), Some("wav"))?;
+            assert_eq!(back.sample_rate, 24_000);
+            assert_eq!(back.samples, whole.samples, "{format:?}");
+            // From a file, cut in the middle of a sample (a stream stopped mid-write): the
+            // whole samples before the cut.
+            let path = dir.path().join("stream.wav");
+            bytes.push(0x12);
+            std::fs::write(&path, &bytes)?;
+            assert_eq!(super::super::load(&path)?.samples, whole.samples);
+            // The RIFF size filled in, the data size not.
+            let data = u32::try_from(bytes.len() - 8)?;
+            bytes[4..8].copy_from_slice(&data.to_le_bytes());
+            let back = super::super::decode(bytes, Some("wav"))?;
+            assert_eq!(back.samples, whole.samples);
+        }
+        // Headerless PCM is the same data.
+        let mut raw = Vec::new();
+        encode_samples(&[0.5, -2.0, 0.0], WavFormat::Pcm16, &mut raw);
+        assert_eq!(raw, [0x00, 0x40, 0x01, 0x80, 0x00, 0x00]);
+        assert!(wav_stream_header(0, WavFormat::Pcm16).is_err());
+        assert!(wav_stream_header(u32::MAX, WavFormat::Float32).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_raw_file_is_written_like_a_wav_file() -> R {
+        let dir = tempfile::tempdir()?;
+        let dest = dir.path().join("out.raw");
+        std::fs::write(&dest, b"old")?;
+        let mut w = RawFileWriter::create(&dest, WavFormat::Pcm16)?;
+        let partial = w.partial_path().to_path_buf();
+        w.push(&[0.5, -0.5])?;
+        w.push(&[])?;
+        assert!(w.push(&[f32::INFINITY]).is_err());
+        assert_eq!(w.samples(), 2, "a refused piece writes nothing");
+        assert_eq!(std::fs::read(&partial)?, [0x00, 0x40, 0x00, 0xC0]);
+        assert_eq!(std::fs::read(&dest)?, b"old", "untouched until the end");
+        w.finish()?;
+        assert_eq!(std::fs::read(&dest)?, [0x00, 0x40, 0x00, 0xC0]);
+        assert_eq!(files(dir.path())?, vec!["out.raw"]);
+
+        let mut w = RawFileWriter::create(&dest, WavFormat::Float32)?;
+        w.push(&[0.25])?;
+        drop(w);
+        assert_eq!(files(dir.path())?, vec!["out.raw"], "dropped: removed");
+        let mut w = RawFileWriter::create(&dest, WavFormat::Float32)?;
+        w.push(&[0.25])?;
+        let kept = w.keep_partial()?;
+        assert_eq!(std::fs::read(&kept)?, 0.25f32.to_le_bytes());
         Ok(())
     }
 }
