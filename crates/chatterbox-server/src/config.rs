@@ -1,0 +1,72 @@
+//! [`ServerConfig`]: where to listen, limits, timeouts, the API key, the voice directory and
+//! the OpenAI name mappings. Its `Default` is a local server on 127.0.0.1:8000.
+use crate::model::ModelId;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// OpenAI's model names, mapped by default to the first model loaded.
+pub const OPENAI_MODELS: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
+
+/// OpenAI's voice names, mapped by default to the built-in voice.
+pub const OPENAI_VOICES: [&str; 11] = [
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
+];
+
+/// Longest `input`, in characters (OpenAI's limit).
+pub const MAX_INPUT_CHARS: usize = 4096;
+
+/// Settings of a server. Build one with `ServerConfig::default()` and change fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Address to listen on (port 0: an ephemeral port). Default `127.0.0.1:8000`.
+    pub addr: SocketAddr,
+    /// Bearer token every `/v1` request must carry; `None` lets everyone in. `/health`,
+    /// `/ready` and `/metrics` stay open. Default `None`.
+    pub api_key: Option<String>,
+    /// The voice library's directory (created if missing); `None` disables `/v1/voices`
+    /// uploads. Default `None`.
+    pub voices_dir: Option<PathBuf>,
+    /// Requests waiting per model beyond those being generated; more get 429 at once.
+    /// Default `16`.
+    pub queue_capacity: usize,
+    /// Longest a speech request may take from arrival to its last byte (queue included);
+    /// the generation stops then. Default 300 s.
+    pub request_timeout: Duration,
+    /// Largest JSON body. Default 64 KiB.
+    pub max_json_bytes: usize,
+    /// Largest voice upload (multipart body). Default 20 MiB.
+    pub max_upload_bytes: usize,
+    /// Caps `max_new_tokens` (speech tokens per sentence chunk) of every generation, e.g. for
+    /// tests or to bound a request's cost; `None` keeps the model's default. Default `None`.
+    pub max_new_tokens: Option<usize>,
+    /// OpenAI model names (and any other alias) → served model. Aliases to a model that is not
+    /// loaded fall back to the first loaded model. Default: [`OPENAI_MODELS`] → the first
+    /// loaded model (empty map).
+    pub model_aliases: BTreeMap<String, ModelId>,
+    /// OpenAI voice names (and any other alias) → library voice; names not listed in this map
+    /// but in [`OPENAI_VOICES`] use the checkpoint's built-in voice. Default: empty.
+    pub voice_aliases: BTreeMap<String, String>,
+    /// `Retry-After` seconds of a 429. Default `1`.
+    pub retry_after_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            api_key: None,
+            voices_dir: None,
+            queue_capacity: 16,
+            request_timeout: Duration::from_secs(300),
+            max_json_bytes: 64 * 1024,
+            max_upload_bytes: 20 * 1024 * 1024,
+            max_new_tokens: None,
+            model_aliases: BTreeMap::new(),
+            voice_aliases: BTreeMap::new(),
+            retry_after_secs: 1,
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The small read-only endpoints: `GET /health` (the process answers), `GET /ready` (every
+//! device has loaded its models, not draining), `GET /v1/models` and `GET /metrics`.
+use crate::app::App;
+use crate::config::OPENAI_MODELS;
+use crate::error::ApiError;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+
+/// `GET /health`.
+pub(crate) async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok"}))
+}
+
+/// `GET /ready`: 200 once loaded, 503 while loading or draining.
+pub(crate) async fn ready(State(app): State<Arc<App>>) -> Response {
+    if app.is_draining() {
+        return ApiError::unavailable("the server is shutting down").into_response();
+    }
+    if !app.engine.is_ready() {
+        return ApiError::unavailable("the models are still loading (or failed to load)")
+            .into_response();
+    }
+    let models: Vec<_> = app.engine.models().iter().map(|m| m.name()).collect();
+    Json(serde_json::json!({"status": "ready", "models": models})).into_response()
+}
+
+/// `GET /v1/models`: the served models, then OpenAI's names as aliases.
+pub(crate) async fn models(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let loaded = app.engine.models();
+    let mut data: Vec<_> = loaded
+        .iter()
+        .map(|m| serde_json::json!({"id": m.name(), "object": "model", "owned_by": "resemble-ai"}))
+        .collect();
+    if !loaded.is_empty() {
+        let mut aliases: Vec<&str> = OPENAI_MODELS.to_vec();
+        aliases.extend(app.config.model_aliases.keys().map(String::as_str));
+        aliases.dedup();
+        for alias in aliases {
+            if let Ok(target) = app.resolve_model(alias) {
+                data.push(serde_json::json!({
+                    "id": alias,
+                    "object": "model",
+                    "owned_by": "resemble-ai",
+                    "alias_of": target.name(),
+                }));
+            }
+        }
+    }
+    Json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `GET /metrics`.
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let text = app
+        .metrics
+        .render(app.engine.queue_depth(), app.engine.running());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

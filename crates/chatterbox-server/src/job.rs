@@ -1,0 +1,91 @@
+//! The work a device worker does for a request ([`Job`]) and what it sends back ([`Event`]),
+//! with the admission slot a job holds until it is finished or dropped.
+use crate::error::ApiError;
+use crate::request::Overrides;
+use chatterbox_dsp::Audio;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// What a speech job sends to its request, in order: audio, then `Done` or one `Error`.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// 24 kHz samples that are final.
+    Audio(Vec<f32>),
+    /// The generation failed or timed out; nothing follows.
+    Error(ApiError),
+    /// The audio is complete.
+    Done,
+}
+
+/// Speak a text.
+#[derive(Debug)]
+pub(crate) struct SpeechJob {
+    /// Request id, for logs.
+    pub id: u64,
+    /// The text.
+    pub text: String,
+    /// The request's generation fields.
+    pub overrides: Overrides,
+    /// The server's cap on `max_new_tokens`.
+    pub max_new_tokens: Option<usize>,
+    /// The voice file, `None` for the built-in voice.
+    pub voice: Option<PathBuf>,
+    /// When the request times out.
+    pub deadline: Instant,
+    /// Where the audio goes; closed when the client has gone (the job stops then).
+    pub tx: mpsc::UnboundedSender<Event>,
+}
+
+/// Analyse a reference clip and save the voice.
+#[derive(Debug)]
+pub(crate) struct VoiceJob {
+    /// The decoded clip.
+    pub audio: Arc<Audio>,
+    /// Where to save the voice.
+    pub path: PathBuf,
+    /// The outcome.
+    pub reply: oneshot::Sender<Result<(), ApiError>>,
+}
+
+/// A job for the worker of one model.
+#[derive(Debug)]
+pub(crate) enum Work {
+    /// See [`SpeechJob`].
+    Speech(SpeechJob),
+    /// See [`VoiceJob`].
+    Voice(VoiceJob),
+}
+
+/// A job and its admission slot (released when the job is dropped, done or not).
+#[derive(Debug)]
+pub(crate) struct Job {
+    /// The work.
+    pub work: Work,
+    /// Held until the job is finished or dropped.
+    pub _slot: Slot,
+}
+
+/// One unit of a model's admission count: taken at submission, given back on drop.
+#[derive(Debug)]
+pub(crate) struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes a slot when fewer than `limit` are taken.
+    pub(crate) fn try_take(count: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

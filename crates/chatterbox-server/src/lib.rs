@@ -1,0 +1,35 @@
+#![doc = include_str!("../README.md")]
+
+mod app;
+mod auth;
+mod config;
+mod encoder;
+mod engine;
+mod error;
+mod flac;
+mod format;
+mod info;
+mod job;
+mod metrics;
+mod model;
+#[cfg(feature = "mp3")]
+mod mp3;
+mod pipeline_model;
+mod request;
+mod server;
+mod speech;
+mod sse;
+mod voices;
+mod voices_api;
+mod worker;
+
+pub use config::{ServerConfig, MAX_INPUT_CHARS, OPENAI_MODELS, OPENAI_VOICES};
+pub use encoder::{encode_file, encoder, EncodeError, Encoder};
+pub use engine::{DeviceModels, Loader};
+pub use error::{ApiError, ServerError};
+pub use format::{AudioFormat, StreamFormat};
+pub use model::{ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechModel, SAMPLE_RATE};
+pub use pipeline_model::PipelineModel;
+pub use request::{Overrides, SpeechRequest};
+pub use server::{serve, shutdown_signal, Server};
+pub use voices::{valid_voice_name, VoiceLibrary};

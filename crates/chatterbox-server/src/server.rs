@@ -1,0 +1,148 @@
+//! The server: the router (routes, body limits, auth, metrics, tracing), [`Server::bind`] to
+//! listen and start the device workers, [`Server::run`] to serve until the shutdown signal
+//! (then in-flight requests finish and new ones get 503), and [`serve`] doing both.
+use crate::app::App;
+use crate::config::ServerConfig;
+use crate::engine::{DeviceModels, Engine};
+use crate::error::{ApiError, ServerError};
+use crate::voices::VoiceLibrary;
+use crate::{auth, info, speech, voices_api};
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tower_http::trace::TraceLayer;
+
+/// A bound server with its workers started.
+#[derive(Debug)]
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+}
+
+impl Server {
+    /// Opens the voice library, starts a worker per device (each loads its models in the
+    /// background: `/ready` says when) and binds `config.addr`.
+    pub async fn bind(
+        config: ServerConfig,
+        devices: Vec<DeviceModels>,
+    ) -> Result<Self, ServerError> {
+        let voices = config
+            .voices_dir
+            .clone()
+            .map(VoiceLibrary::open)
+            .transpose()?;
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: config.addr.to_string(),
+                source,
+            })?;
+        let engine = Engine::start(devices, config.queue_capacity)?;
+        Ok(Self {
+            listener,
+            app: Arc::new(App::new(config, engine, voices)),
+        })
+    }
+
+    /// The address bound (the port chosen when the configuration asked for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        self.listener.local_addr().map_err(ServerError::Io)
+    }
+
+    /// Serves until `shutdown` completes; then refuses new requests (503), lets in-flight
+    /// ones finish, and stops the workers.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let app = self.app.clone();
+        let drain = async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            app.draining.store(true, Ordering::Release);
+        };
+        let result = axum::serve(self.listener, router(self.app.clone()))
+            .with_graceful_shutdown(drain)
+            .await
+            .map_err(ServerError::Io);
+        self.app.draining.store(true, Ordering::Release);
+        let app = self.app.clone();
+        let _ = tokio::task::spawn_blocking(move || app.engine.join()).await;
+        tracing::info!("server stopped");
+        result
+    }
+}
+
+/// Binds, serves until `shutdown` completes, then stops gracefully. The `chatterbox serve`
+/// command calls this with [`shutdown_signal`].
+pub async fn serve(
+    config: ServerConfig,
+    devices: Vec<DeviceModels>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let server = Server::bind(config, devices).await?;
+    if let Ok(addr) = server.local_addr() {
+        tracing::info!(%addr, "listening");
+    }
+    server.run(shutdown).await
+}
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
+    let api = Router::new()
+        .route(
+            "/v1/audio/speech",
+            post(speech::speech).layer(DefaultBodyLimit::max(app.config.max_json_bytes)),
+        )
+        .route("/v1/models", get(info::models))
+        .route(
+            "/v1/voices",
+            get(voices_api::list)
+                .post(voices_api::create)
+                .layer(DefaultBodyLimit::max(app.config.max_upload_bytes)),
+        )
+        .route("/v1/voices/{name}", delete(voices_api::delete))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::guard,
+        ));
+    Router::new()
+        .route("/health", get(info::health))
+        .route("/ready", get(info::ready))
+        .route("/metrics", get(info::metrics))
+        .merge(api)
+        .fallback(|| async { ApiError::no_route() })
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::count,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}

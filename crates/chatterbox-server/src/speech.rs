@@ -1,0 +1,282 @@
+//! `POST /v1/audio/speech`: validates the request, queues it, waits for the first audio (so
+//! every error before it is an ordinary HTTP error), then answers the whole file, the file's
+//! bytes as they are encoded (`stream_format=audio`), or SSE events (`stream_format=sse`).
+//! Dropping the response body (the client left) closes the job's channel: the worker stops.
+use crate::app::App;
+use crate::config::MAX_INPUT_CHARS;
+use crate::encoder::{encode_file, encoder, Encoder};
+use crate::error::ApiError;
+use crate::format::{AudioFormat, StreamFormat};
+use crate::job::{Event, SpeechJob, Work};
+use crate::model::SAMPLE_RATE;
+use crate::request::SpeechRequest;
+use crate::sse;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Extra wait past the request deadline for the worker to report the timeout itself.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// The handler.
+pub(crate) async fn speech(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match handle(app, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The API error of a body that could not be read (413 past the limit).
+pub(crate) fn body_error(status: StatusCode, text: String, limit: usize) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(limit)
+    } else {
+        ApiError::bad_request(text)
+    }
+}
+
+/// The job's events, with the request deadline.
+struct Events {
+    rx: UnboundedReceiver<Event>,
+    deadline: tokio::time::Instant,
+}
+
+impl Events {
+    /// The next event; a timeout or a worker gone without a word become errors.
+    async fn next(&mut self) -> Event {
+        match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
+            Ok(Some(e)) => e,
+            Ok(None) => Event::Error(ApiError::internal("the generation ended unexpectedly")),
+            Err(_) => Event::Error(ApiError::timeout()),
+        }
+    }
+}
+
+async fn handle(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let body =
+        body.map_err(|e| body_error(e.status(), e.body_text(), app.config.max_json_bytes))?;
+    let req = SpeechRequest::from_json(&body, MAX_INPUT_CHARS)?;
+    let model = app.resolve_model(&req.model)?;
+    let voice = app.resolve_voice(req.voice.as_deref(), model)?;
+    let id = app.request_id();
+    let deadline = t0 + app.config.request_timeout;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let chars = req.input.chars().count();
+    tracing::info!(
+        request = id,
+        model = %model,
+        chars,
+        format = req.format.name(),
+        stream = ?req.stream,
+        "speech request"
+    );
+    let job = SpeechJob {
+        id,
+        text: req.input,
+        overrides: req.overrides,
+        max_new_tokens: app.config.max_new_tokens,
+        voice,
+        deadline,
+        tx,
+    };
+    app.engine
+        .submit(model, Work::Speech(job), app.config.retry_after_secs)?;
+    let mut events = Events {
+        rx,
+        deadline: tokio::time::Instant::from_std(deadline) + GRACE,
+    };
+    let first = match events.next().await {
+        Event::Audio(s) => s,
+        Event::Done => Vec::new(),
+        Event::Error(e) => return Err(e),
+    };
+    app.metrics.first_audio(t0.elapsed());
+    let done = first.is_empty();
+    let run = Run {
+        app,
+        events,
+        t0,
+        samples: first.len(),
+        chars,
+    };
+    match req.stream {
+        StreamFormat::File => whole_file(run, req.format, first, done).await,
+        StreamFormat::Audio | StreamFormat::Sse => {
+            streamed(run, req.format, req.stream, first, done)
+        }
+    }
+}
+
+/// A request whose audio is arriving.
+struct Run {
+    app: Arc<App>,
+    events: Events,
+    t0: Instant,
+    samples: usize,
+    chars: usize,
+}
+
+impl Run {
+    fn finished(&self) {
+        let secs = self.samples as f64 / f64::from(SAMPLE_RATE);
+        self.app.metrics.speech_done(self.t0.elapsed(), secs);
+    }
+}
+
+async fn whole_file(
+    mut run: Run,
+    format: AudioFormat,
+    mut samples: Vec<f32>,
+    mut done: bool,
+) -> Result<Response, ApiError> {
+    while !done {
+        match run.events.next().await {
+            Event::Audio(s) => samples.extend(s),
+            Event::Done => done = true,
+            Event::Error(e) => return Err(e),
+        }
+    }
+    run.samples = samples.len();
+    let bytes = tokio::task::spawn_blocking(move || encode_file(format, &samples))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    run.finished();
+    Ok(([(header::CONTENT_TYPE, format.content_type())], bytes).into_response())
+}
+
+/// What the streamed body is made of, before framing.
+enum Piece {
+    /// Encoded bytes (never empty).
+    Audio(Vec<u8>),
+    /// The audio is complete.
+    End,
+    /// The generation failed after the response started.
+    Failed(ApiError),
+}
+
+/// The body's state: the events, the encoder, and the audio not yet encoded.
+struct Streaming {
+    run: Run,
+    enc: Box<dyn Encoder>,
+    /// The file's first bytes, not sent yet.
+    start: Option<Vec<u8>>,
+    /// The first audio, not encoded yet.
+    first: Option<Vec<f32>>,
+    /// The job said `Done`.
+    done: bool,
+    /// The encoder has been finished: only the end is left.
+    finished: bool,
+    /// Nothing more to send.
+    over: bool,
+}
+
+impl Streaming {
+    fn fail(&mut self, e: ApiError) -> Option<Piece> {
+        self.over = true;
+        Some(Piece::Failed(e))
+    }
+
+    async fn next_piece(&mut self) -> Option<Piece> {
+        if self.over {
+            return None;
+        }
+        let mut out = self.start.take().unwrap_or_default();
+        loop {
+            if self.finished {
+                self.over = true;
+                self.run.finished();
+                return Some(Piece::End);
+            }
+            let samples = match self.first.take() {
+                Some(s) => s,
+                None if self.done => {
+                    match self.enc.finish() {
+                        Ok(b) => out.extend(b),
+                        Err(e) => return self.fail(ApiError::internal(e.to_string())),
+                    }
+                    self.finished = true;
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Some(Piece::Audio(out));
+                }
+                None => match self.run.events.next().await {
+                    Event::Audio(s) => {
+                        self.run.samples += s.len();
+                        s
+                    }
+                    Event::Done => {
+                        self.done = true;
+                        continue;
+                    }
+                    Event::Error(e) => return self.fail(e),
+                },
+            };
+            match self.enc.push(&samples) {
+                Ok(b) => out.extend(b),
+                Err(e) => return self.fail(ApiError::internal(e.to_string())),
+            }
+            if !out.is_empty() {
+                return Some(Piece::Audio(out));
+            }
+        }
+    }
+}
+
+fn streamed(
+    run: Run,
+    format: AudioFormat,
+    framing: StreamFormat,
+    first: Vec<f32>,
+    done: bool,
+) -> Result<Response, ApiError> {
+    let (enc, start) = encoder(format, None).map_err(|e| ApiError::internal(e.to_string()))?;
+    let chars = run.chars;
+    let state = Streaming {
+        run,
+        enc,
+        start: Some(start),
+        first: Some(first),
+        done,
+        finished: false,
+        over: false,
+    };
+    let sse_mode = framing == StreamFormat::Sse;
+    let body = futures_util::stream::unfold(state, move |mut st| async move {
+        let piece = st.next_piece().await?;
+        let item: Result<Bytes, std::io::Error> = match (piece, sse_mode) {
+            (Piece::Audio(b), false) => Ok(Bytes::from(b)),
+            (Piece::Audio(b), true) => Ok(Bytes::from(sse::delta(&b))),
+            (Piece::End, false) => return None,
+            (Piece::End, true) => Ok(Bytes::from(sse::done(chars))),
+            // Aborts the chunked body: the client sees a truncated response, not a file
+            // that looks complete.
+            (Piece::Failed(e), false) => Err(std::io::Error::other(e.message)),
+            (Piece::Failed(e), true) => Ok(Bytes::from(sse::error(&e))),
+        };
+        Some((item, st))
+    });
+    let content_type = if sse_mode {
+        "text/event-stream"
+    } else {
+        format.content_type()
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
