@@ -13,7 +13,8 @@
 //! starts. The text is a fixed 3-sentence English text of ~200 characters (one text chunk at
 //! the default `max_chunk_chars`), seed 0, `max_new_tokens` = `CHATTERBOX_STREAM_TOKENS`
 //! (default 250, ~10 s of audio). The stop token stays on (the pipeline's options cannot turn
-//! it off): random weights rarely draw it, and `*_audio_s` shows how much audio came out.
+//! it off): random weights rarely draw it, and `*_audio_s` shows how much audio came out
+//! (English drops drawn ids >= 6561, ~20% of random draws: 250 tokens give ~8 s).
 //! Stages, each prefixed with the variant (`english_`, `turbo_`):
 //! * `ttfa`: from the `stream()` call to the first `AudioChunk`;
 //! * `stream_total`: the whole stream consumed; `generate_total`: `generate`, same options;
@@ -26,7 +27,8 @@
 //! * `synth_chunk_<k>`: `StreamingSynth` alone (flow + HiFT per chunk) fed a fixed
 //!   pseudo-random sequence of `CHATTERBOX_STREAM_SYNTH_TOKENS` (default 400) speech tokens one
 //!   at a time with the variant's schedule: the time of chunk `k`, whose flow re-runs on the
-//!   whole prefix (the shape names the tokens so far); the last one is `finish`.
+//!   whole prefix behind the voice's prompt (250 tokens for the 10 s clip; the shape names
+//!   both); the last one is `finish`.
 //!
 //! Knobs: `CHATTERBOX_STREAM_HOPS=12,24,48` replaces both variants' schedule;
 //! `CHATTERBOX_BENCH_RUNS` timed runs (median; default 3) after one warm-up;
@@ -34,9 +36,8 @@
 //! `--features cuda`) runs on GPU 0 with bf16 T3 and flow.
 use candle_core::{DType, Device};
 use chatterbox_pipeline::{
-    Audio, ChatterboxTts, ChatterboxTurboTts, Conditionals, GenerateOptions, S3Gen,
-    S3GenOptions, SeededDraws, SpeechStream, StreamSchedule, StreamingSynth, VoiceClip, S3GEN_SR,
-    S3_SR,
+    Audio, ChatterboxTts, ChatterboxTurboTts, Conditionals, GenerateOptions, S3Gen, S3GenOptions,
+    SeededDraws, SpeechStream, StreamSchedule, StreamingSynth, VoiceClip, S3GEN_SR, S3_SR,
 };
 use chatterbox_testkit::{BenchRecord, Timing};
 use std::path::{Path, PathBuf};
@@ -79,7 +80,11 @@ fn synth_tokens(n: usize) -> Vec<u32> {
 
 /// What the bench needs of both models (the same methods, generated per type).
 trait Model {
-    fn stream_text(&self, text: &str, o: &GenerateOptions) -> chatterbox_pipeline::Result<SpeechStream<'_>>;
+    fn stream_text(
+        &self,
+        text: &str,
+        o: &GenerateOptions,
+    ) -> chatterbox_pipeline::Result<SpeechStream<'_>>;
     fn generate_text(&self, text: &str, o: &GenerateOptions) -> chatterbox_pipeline::Result<Audio>;
     fn s3(&self) -> &S3Gen;
     fn voice(&self) -> Option<&Conditionals>;
@@ -182,13 +187,16 @@ struct Settings {
     hops: Option<Vec<usize>>,
 }
 
+/// A chunk handed out: arrival (ms since the `stream()` call), sample offset, length.
+type Arrival = (f64, usize, usize);
+
 /// One streamed generation: arrival times (ms since the `stream()` call), sample offsets and
 /// lengths of the chunks, and the total time.
 fn stream_once(
     model: &dyn Model,
     opts: &GenerateOptions,
     dev: &Device,
-) -> anyhow::Result<(Vec<(f64, usize, usize)>, f64)> {
+) -> anyhow::Result<(Vec<Arrival>, f64)> {
     let t = Instant::now();
     let stream = model.stream_text(TEXT, opts)?;
     anyhow::ensure!(
@@ -205,7 +213,7 @@ fn stream_once(
 }
 
 /// Worst playback margin (ms) of chunks after the first; see the module docs.
-fn underrun_margin(chunks: &[(f64, usize, usize)]) -> f64 {
+fn underrun_margin(chunks: &[Arrival]) -> f64 {
     let Some(&(first, _, _)) = chunks.first() else {
         return 0.0;
     };
@@ -275,8 +283,15 @@ fn bench_variant(
     let audio_s = n_samples as f64 / f64::from(S3GEN_SR);
     let shapes = [
         format!("first chunk, hops {hops}, max {} tokens", s.n_tokens),
-        format!("{n_chunks} chunks, {audio_s:.2} s audio, {} tokens", s.n_tokens),
-        format!("{:.2} s audio, {} tokens", gen_samples as f64 / f64::from(S3GEN_SR), s.n_tokens),
+        format!(
+            "{n_chunks} chunks, {audio_s:.2} s audio, {} tokens",
+            s.n_tokens
+        ),
+        format!(
+            "{:.2} s audio, {} tokens",
+            gen_samples as f64 / f64::from(S3GEN_SR),
+            s.n_tokens
+        ),
         "ratio: stream total / generate total".into(),
         "worst chunk deadline margin (ms, < 0: underrun)".into(),
         "seconds of streamed audio (not ms)".into(),
@@ -286,14 +301,11 @@ fn bench_variant(
     }
 
     // The flow's prefix cost: StreamingSynth alone, chunk by chunk.
-    let conds = model
-        .voice()
-        .ok_or_else(|| anyhow::anyhow!("no voice"))?;
+    let conds = model.voice().ok_or_else(|| anyhow::anyhow!("no voice"))?;
     let mut s3opts = S3GenOptions::default();
     s3opts.n_cfm_timesteps = opts.n_cfm_timesteps.or((name == "turbo").then_some(2));
     let tokens = synth_tokens(s.n_synth);
     let prompt = conds.gen.n_prompt_tokens();
-    let look = model.s3().flow().config().pre_lookahead_len;
     let mut per_chunk: Vec<Vec<f64>> = Vec::new();
     let mut shapes: Vec<String> = Vec::new();
     for run in 0..=s.runs {
@@ -307,29 +319,34 @@ fn bench_variant(
         let mut row = Vec::new();
         let mut shape = Vec::new();
         let mut start = 0;
+        // `hop`: the tokens the chunk made final; `None` for the last chunk (`finish`).
+        let mut record = |took: f64, hop: Option<usize>, n: usize| {
+            let k = row.len();
+            let end = hop.map_or(n, |h| start + h);
+            let sh = format!(
+                "new tokens {start}..{end}, flow on {prompt} prompt + {n} tokens{}, flow+HiFT",
+                if hop.is_none() { " (finish)" } else { "" }
+            );
+            eprintln!("{name} synth run {run}: chunk {k} {took:.1} ms, {sh}");
+            row.push(took);
+            shape.push(sh);
+            start = end;
+        };
         for (i, &tok) in tokens.iter().enumerate() {
             let t = Instant::now();
             let chunks = synth.push_chunks(&[tok])?;
             let took = ms(t, dev)?;
             for c in &chunks {
-                let hop = opts.stream.hop(c.index);
-                row.push(took / chunks.len() as f64);
-                shape.push(format!(
-                    "tokens {start}..{} of {} so far (+{look} look-ahead, {prompt} prompt), \
-                     flow+HiFT",
-                    start + hop,
-                    i + 1
-                ));
-                start += hop;
+                record(
+                    took / chunks.len() as f64,
+                    Some(opts.stream.hop(c.index)),
+                    i + 1,
+                );
             }
         }
         let t = Instant::now();
         synth.finish_chunk()?;
-        row.push(ms(t, dev)?);
-        shape.push(format!(
-            "tokens {start}..{n} of {n} (finish, {prompt} prompt), flow+HiFT",
-            n = tokens.len()
-        ));
+        record(ms(t, dev)?, None, tokens.len());
         if run > 0 {
             per_chunk.resize(row.len(), Vec::new());
             for (v, x) in per_chunk.iter_mut().zip(row) {
