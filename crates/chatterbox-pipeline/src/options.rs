@@ -53,8 +53,11 @@ pub struct GenerateOptions {
     /// Linear crossfade between chunks, in milliseconds. Default [`CROSSFADE_MS`] (50 ms).
     pub crossfade_ms: u32,
     /// When the models' `stream` runs the flow and HiFT on the tokens drawn so far (ignored
-    /// by `generate`). Default: hops of 12, 24, 48 then 96 tokens (English, multilingual);
-    /// 8, 16, 32 then 64 (Turbo, Nano); see [`StreamSchedule`].
+    /// by `generate`). Default: hops of 12, 36, 144 then 576 tokens (English, multilingual);
+    /// 10, 30, 120 then 480 (Turbo, Nano): a short first chunk for the first audio, then
+    /// each chunk 3-4 times the last, which keeps the number of flow calls (each costs about
+    /// one whole-sentence flow on a GPU) small while a real-time listener stays ahead (chosen
+    /// on an H100: docs/benchmarks.md); see [`StreamSchedule`].
     pub stream: StreamSchedule,
 }
 
@@ -82,7 +85,7 @@ impl GenerateOptions {
             n_cfm_timesteps: None,
             max_chunk_chars: chatterbox_text::DEFAULT_MAX_CHARS,
             crossfade_ms: CROSSFADE_MS,
-            stream: StreamSchedule::new(vec![12, 24, 48, 96]),
+            stream: StreamSchedule::new(vec![12, 36, 144, 576]),
         }
     }
 
@@ -99,7 +102,7 @@ impl GenerateOptions {
             cfg_weight: 0.0,
             min_p: 0.0,
             top_p: 0.95,
-            stream: StreamSchedule::new(vec![8, 16, 32, 64]),
+            stream: StreamSchedule::new(vec![10, 30, 120, 480]),
             ..Self::english()
         }
     }
