@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 mod bench;
 mod checkpoint;
+mod openai;
 mod parity;
 mod targets;
 mod venv;
@@ -44,6 +45,11 @@ enum Command {
     /// Compile the workspace for the ARM targets (aarch64-apple-darwin with Metal,
     /// aarch64-unknown-linux-gnu), installing their standard library with rustup if needed.
     CheckTargets(targets::CheckTargetsArgs),
+    /// Run the official `openai` Python package against `chatterbox serve`: builds its own
+    /// venv (target/openai-venv, `openai` pinned; needs Python 3.9+ and PyPI once), serves the
+    /// tiny English checkpoint of the committed fixtures on 127.0.0.1 and an ephemeral port,
+    /// and runs xtask/openai_client.py (whole files, streams, SSE, a library voice, errors).
+    OpenaiClient(openai::OpenaiClientArgs),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -60,6 +66,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Bench(args) => bench::run(args),
         Command::RandomCheckpoint(args) => checkpoint::run(args),
         Command::CheckTargets(args) => targets::run_checks(args),
+        Command::OpenaiClient(args) => openai::run(args),
     }
 }
 

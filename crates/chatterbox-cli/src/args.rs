@@ -33,7 +33,10 @@ Examples:
   chatterbox speak \"Hi.\" --model-dir ./chatterbox-ckpt --device cuda -o hi.wav
 
   # Voice conversion: the words of source.wav, spoken in the voice of target.wav
-  chatterbox vc source.wav --target target.wav -o converted.wav";
+  chatterbox vc source.wav --target target.wav -o converted.wav
+
+  # An OpenAI-compatible speech server (POST /v1/audio/speech) with a voice library
+  chatterbox serve --model turbo --voices ./voices --port 8000";
 
 /// `chatterbox`: the command line.
 #[derive(Debug, Parser)]
@@ -42,7 +45,7 @@ Examples:
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_help = "`chatterbox --help` shows examples; `chatterbox speak --help` and `chatterbox vc --help` every option.",
+    after_help = "`chatterbox --help` shows examples; `chatterbox speak --help`, `chatterbox vc --help` and `chatterbox serve --help` every option.",
     after_long_help = EXAMPLES,
     propagate_version = true
 )]
@@ -73,7 +76,39 @@ pub enum Command {
         after_long_help = VC_EXAMPLES
     )]
     Vc(VcArgs),
+    /// An OpenAI-compatible speech server: POST /v1/audio/speech, streaming, a voice library.
+    #[command(long_about = SERVE_ABOUT, after_long_help = SERVE_EXAMPLES)]
+    Serve(Box<ServeArgs>),
 }
+
+const SERVE_ABOUT: &str = "\
+An OpenAI-compatible speech server: POST /v1/audio/speech (whole files, chunked audio streams \
+or OpenAI's SSE events), GET /v1/models, a voice library (POST/GET /v1/voices, DELETE \
+/v1/voices/NAME), GET /health, GET /ready (200 once the models are loaded) and GET /metrics \
+(Prometheus).
+
+The address is printed on standard error once bound (`listening on http://HOST:PORT`; --port 0 \
+picks a free port). One worker per --device owns its own copy of every --model; requests \
+beyond the workers and --queue get 429 at once. SIGINT (Ctrl-C) or SIGTERM stops it \
+gracefully: new requests get 503, requests in flight finish, then it exits with status 0. \
+Logs go to standard error (RUST_LOG=debug for more; the text spoken is never logged at info).";
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  # The English model from the Hugging Face hub, on 127.0.0.1:8000
+  chatterbox serve
+
+  # English and Multilingual from one checkpoint directory (ResembleAI/chatterbox), on a GPU
+  chatterbox serve --model-dir ./chatterbox --model english --model multilingual --device cuda:0
+
+  # Each model from its own directory; two GPUs; a key; a voice library
+  chatterbox serve --model turbo=./chatterbox-turbo --model english=./chatterbox \\
+      --device cuda:0 --device cuda:1 --api-key secret --voices ./voices
+
+  # Then
+  curl -sS http://127.0.0.1:8000/v1/audio/speech -H 'Content-Type: application/json' \\
+      -d '{\"model\":\"tts-1\",\"input\":\"Hello!\",\"voice\":\"alloy\",\"response_format\":\"wav\"}' \\
+      -o hello.wav";
 
 const SPEAK_EXAMPLES: &str = "\
 Examples:
@@ -95,7 +130,7 @@ Examples:
 const STREAM_HELP: &str = "\
 Stream the speech: the audio is synthesised and written while the speech tokens are drawn, so \
 the first audio comes after the first chunk of speech tokens (12 of them, about half a second \
-of speech; 8 with turbo and nano) instead of after each whole sentence, and the rest follows \
+of speech; 10 with turbo and nano) instead of after each whole sentence, and the rest follows \
 chunk by chunk. The time to the first audio is reported.
 
 With -o - the audio goes to standard output as it comes, flushed after every chunk: a WAV \
@@ -317,6 +352,121 @@ pub struct GenerationArgs {
     pub greedy: bool,
 }
 
+/// A `--model` of `chatterbox serve`: the model and, optionally, its own checkpoint directory
+/// (`turbo=DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// Which model.
+    pub model: Model,
+    /// Its checkpoint directory; `None`: `--model-dir`, else the hub.
+    pub dir: Option<PathBuf>,
+}
+
+impl std::str::FromStr for ModelSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, dir) = match s.split_once('=') {
+            Some((n, "")) => return Err(format!("{s:?}: the directory after '{n}=' is empty")),
+            Some((n, d)) => (n, Some(PathBuf::from(d))),
+            None => (s, None),
+        };
+        let model = Model::from_str(name, true).map_err(|_| {
+            format!("{name:?}; expected english, multilingual, turbo or nano, optionally =DIR")
+        })?;
+        Ok(Self { model, dir })
+    }
+}
+
+/// A `NAME=VALUE` option (`--model-alias`, `--voice-alias`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias {
+    /// The name requests use.
+    pub name: String,
+    /// What it stands for.
+    pub target: String,
+}
+
+impl std::str::FromStr for Alias {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once('=') {
+            Some((n, t)) if !n.is_empty() && !t.is_empty() => Ok(Self {
+                name: n.to_string(),
+                target: t.to_string(),
+            }),
+            _ => Err(format!("{s:?}: expected NAME=VALUE")),
+        }
+    }
+}
+
+/// `chatterbox serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Checkpoint directory in the Hugging Face hub layout, for every --model without its own
+    /// `=DIR`. One directory can hold English and Multilingual (ResembleAI/chatterbox has
+    /// both); Turbo and Nano reuse their file names (tokenizer.json, conds.pt), so give them
+    /// their own: --model turbo=DIR. Without either, models are downloaded from the hub.
+    #[arg(long, value_name = "DIR", env = "CHATTERBOX_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// A model to serve: english, multilingual, turbo or nano (API names chatterbox,
+    /// chatterbox-multilingual, chatterbox-turbo, chatterbox-nano), optionally from its own
+    /// checkpoint directory as MODEL=DIR. Repeat it to serve several; the first is what
+    /// OpenAI's model names (tts-1, tts-1-hd, gpt-4o-mini-tts) map to. [default: english]
+    #[arg(short, long = "model", value_name = "MODEL[=DIR]")]
+    pub models: Vec<ModelSpec>,
+    /// Multilingual T3 checkpoint: v2 (default), v3, or a .safetensors file name in the model
+    /// directory.
+    #[arg(long, value_name = "VERSION")]
+    pub mtl_version: Option<String>,
+    /// Address to listen on (0.0.0.0 or :: to accept other machines: set --api-key then).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the address is printed once bound).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The voice library's directory (created if missing; voices uploaded with POST
+    /// /v1/voices are kept there across restarts). Without it uploads are refused.
+    #[arg(long, value_name = "DIR", env = "CHATTERBOX_VOICES")]
+    pub voices: Option<PathBuf>,
+    /// Where to run: auto, cpu, cuda:N, metal:N. Repeat it for one worker per device, each
+    /// with its own copy of the models. [default: auto]
+    #[arg(long = "device", value_name = "DEVICE")]
+    pub devices: Vec<DeviceArg>,
+    /// Precision of the big matrix multiplications: f32, f16 or bf16 (half precision is for
+    /// GPUs).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DtypeArg,
+    /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`); /health,
+    /// /ready and /metrics stay open. Without it anyone who reaches the port may use it.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "CHATTERBOX_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// Requests that may wait per model beyond those being generated; more get 429 at once.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub queue: usize,
+    /// Longest a speech request may take, queueing included, in seconds (then it stops: 504,
+    /// or a cut stream).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// Caps the speech tokens per sentence chunk of every request (25 tokens = 1 s of audio;
+    /// the models' default is 1000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_new_tokens: Option<u64>,
+    /// Map another model name to a served one, e.g. tts-1-hd=chatterbox (repeatable; OpenAI's
+    /// names map to the first --model unless mapped here).
+    #[arg(long = "model-alias", value_name = "NAME=MODEL")]
+    pub model_aliases: Vec<Alias>,
+    /// Map a voice name to a library voice, e.g. alloy=narrator (repeatable; OpenAI's voice
+    /// names use the checkpoint's built-in voice unless mapped here).
+    #[arg(long = "voice-alias", value_name = "NAME=VOICE")]
+    pub voice_aliases: Vec<Alias>,
+}
+
 /// `chatterbox vc`.
 #[derive(Debug, Args)]
 pub struct VcArgs {
@@ -350,5 +500,60 @@ mod tests {
         assert_eq!("metal".parse::<DeviceArg>(), Ok(DeviceArg::Metal(0)));
         assert!("tpu".parse::<DeviceArg>().is_err());
         assert!("cuda:x".parse::<DeviceArg>().is_err());
+    }
+
+    #[test]
+    fn serve_models_parse_with_and_without_a_directory() {
+        assert_eq!(
+            "Turbo".parse::<ModelSpec>(),
+            Ok(ModelSpec {
+                model: Model::Turbo,
+                dir: None
+            })
+        );
+        assert_eq!(
+            "nano=/ckpt/nano".parse::<ModelSpec>(),
+            Ok(ModelSpec {
+                model: Model::Nano,
+                dir: Some(PathBuf::from("/ckpt/nano"))
+            })
+        );
+        assert!("turbo=".parse::<ModelSpec>().is_err());
+        assert!("tts-1".parse::<ModelSpec>().is_err());
+        assert!("a=b".parse::<Alias>().is_ok());
+        assert!("=b".parse::<Alias>().is_err());
+        assert!("a".parse::<Alias>().is_err());
+    }
+
+    #[test]
+    fn serve_defaults_and_repeats() {
+        let cli = Cli::try_parse_from([
+            "chatterbox",
+            "serve",
+            "--model",
+            "turbo",
+            "-m",
+            "english=/x",
+            "--device",
+            "cpu",
+            "--device",
+            "cuda:1",
+            "--port",
+            "0",
+        ])
+        .map_err(|e| e.to_string());
+        let Ok(Cli {
+            command: Command::Serve(a),
+        }) = cli
+        else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(a.models.len(), 2);
+        assert_eq!(a.devices, vec![DeviceArg::Cpu, DeviceArg::Cuda(1)]);
+        assert_eq!(
+            (a.host.as_str(), a.port, a.queue, a.timeout),
+            ("127.0.0.1", 0, 16, 300)
+        );
+        assert!(Cli::try_parse_from(["chatterbox", "serve", "--timeout", "0"]).is_err());
     }
 }

@@ -12,17 +12,29 @@ mod japanese;
 mod output;
 mod preflight;
 mod progress;
+mod serve;
 mod source;
 mod speak;
 mod vc;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    init_logging();
-    interrupt::install();
     let result = match cli.command {
-        args::Command::Speak(a) => speak::run(*a),
-        args::Command::Vc(a) => vc::run(a),
+        args::Command::Speak(a) => {
+            init_logging(DEFAULT_LOG_FILTER);
+            interrupt::install();
+            speak::run(*a)
+        }
+        args::Command::Vc(a) => {
+            init_logging(DEFAULT_LOG_FILTER);
+            interrupt::install();
+            vc::run(a)
+        }
+        // No ctrlc handler: the server's own SIGINT/SIGTERM handling stops it gracefully.
+        args::Command::Serve(a) => {
+            init_logging(SERVE_LOG_FILTER);
+            serve::run(*a)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -65,11 +77,17 @@ fn report(e: &anyhow::Error) -> String {
 const DEFAULT_LOG_FILTER: &str = "warn,symphonia_codec_aac=off,symphonia_format_ogg=error,\
     symphonia_bundle_flac=error,symphonia_bundle_mp3=error,symphonia_format_isomp4=error";
 
+/// What `chatterbox serve` logs without `RUST_LOG`: the server's and the command's own info
+/// lines (start-up, models loaded, one line per request without its text), else warnings.
+const SERVE_LOG_FILTER: &str = "warn,chatterbox_server=info,chatterbox::serve=info,\
+    symphonia_codec_aac=off,symphonia_format_ogg=error,symphonia_bundle_flac=error,\
+    symphonia_bundle_mp3=error,symphonia_format_isomp4=error";
+
 /// `RUST_LOG=info` (or `debug`, `chatterbox_t3=trace`) shows the pipeline's tracing logs on
-/// standard error; nothing by default but warnings.
-fn init_logging() {
+/// standard error; nothing by default but `default` (warnings for `speak` and `vc`).
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| progress::LogWriter)

@@ -65,7 +65,8 @@ impl Tts {
     }
 }
 
-fn variant(model: Model) -> Variant {
+/// The pipeline's variant of a `--model`.
+pub fn variant(model: Model) -> Variant {
     match model {
         Model::English => Variant::English,
         Model::Multilingual => Variant::Multilingual,
@@ -133,7 +134,7 @@ pub fn language(model: Model, arg: Option<&str>) -> Result<Option<String>> {
 }
 
 /// The model, from a directory (with `config` hyper-parameters when given) or the hub.
-fn load(
+pub fn load(
     model: Model,
     mtl: &MultilingualT3,
     src: &Source,

@@ -1,0 +1,398 @@
+//! `chatterbox serve`: chatterbox-server's OpenAI-compatible speech server on the command line.
+//! Every cheap check (devices compiled in, checkpoint files present, options) runs before
+//! anything is bound; then one worker per `--device` loads its copy of every `--model` in the
+//! background, the address is printed once bound, and SIGINT/SIGTERM stop it gracefully.
+use crate::args::{Model, ModelSpec, ServeArgs};
+use crate::source::Source;
+use crate::speak::{self, Tts};
+use crate::{device, preflight};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device};
+use chatterbox_pipeline::MultilingualT3;
+use chatterbox_server::{
+    shutdown_signal, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
+    SpeechModel,
+};
+use clap::ValueEnum;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Hub downloads one at a time: several devices loading the same model from the hub would
+/// otherwise download the same files at once into the same cache.
+static HUB: Mutex<()> = Mutex::new(());
+
+/// The first model that failed to load on any device: the server stops and the command fails
+/// with it.
+#[derive(Default)]
+struct LoadFailure {
+    message: Mutex<Option<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl LoadFailure {
+    fn set(&self, message: String) {
+        let mut m = self.message.lock().unwrap_or_else(PoisonError::into_inner);
+        if m.is_none() {
+            *m = Some(message);
+        }
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Option<String> {
+        self.message
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// What a worker loads: a model and where from.
+#[derive(Debug, Clone)]
+struct Planned {
+    model: Model,
+    src: Source,
+}
+
+/// The API name of a `--model`.
+fn model_id(model: Model) -> ModelId {
+    match model {
+        Model::English => ModelId::English,
+        Model::Multilingual => ModelId::Multilingual,
+        Model::Turbo => ModelId::Turbo,
+        Model::Nano => ModelId::Nano,
+    }
+}
+
+/// `--model` (default english) with their sources, each checked once.
+fn plan(args: &ServeArgs, mtl: &MultilingualT3) -> Result<Vec<Planned>> {
+    let default = [ModelSpec {
+        model: Model::English,
+        dir: None,
+    }];
+    let specs: &[ModelSpec] = if args.models.is_empty() {
+        &default
+    } else {
+        &args.models
+    };
+    let gpt2 = |m: Model| matches!(m, Model::Turbo | Model::Nano);
+    let mut out: Vec<Planned> = Vec::new();
+    for spec in specs {
+        if out.iter().any(|p| p.model == spec.model) {
+            bail!(
+                "--model {} is given twice: each model is served once (per device)",
+                model_id(spec.model)
+            );
+        }
+        let dir = spec.dir.as_deref().or(args.model_dir.as_deref());
+        let src = Source::resolve(dir, speak::variant(spec.model).hub_repo())
+            .with_context(|| format!("--model {}", model_id(spec.model)))?;
+        let clash = out.iter().find(|p| {
+            p.src == src && matches!(src, Source::Dir(_)) && gpt2(p.model) != gpt2(spec.model)
+        });
+        if let Some(other) = clash {
+            let own = if gpt2(spec.model) {
+                spec.model
+            } else {
+                other.model
+            };
+            bail!(
+                "--model {} and --model {} cannot share the directory {}: Turbo and Nano have \
+                 their own tokenizer.json and conds.pt; give them their own with --model \
+                 {}=DIR",
+                model_id(other.model),
+                model_id(spec.model),
+                src.describe(),
+                own.to_possible_value()
+                    .map_or_else(|| "turbo".to_string(), |v| v.get_name().to_string())
+            );
+        }
+        out.push(Planned {
+            model: spec.model,
+            src,
+        });
+    }
+    for p in &out {
+        let variant = speak::variant(p.model);
+        // No built-in voice needed: library voices serve a checkpoint without conds.pt.
+        preflight::check_checkpoint(variant, mtl, &p.src, false).with_context(|| {
+            format!(
+                "the {} model's files (pass MODEL=DIR when each model has its own directory)",
+                variant.name()
+            )
+        })?;
+    }
+    Ok(out)
+}
+
+/// `--device` (default auto) opened, each once.
+fn devices(args: &ServeArgs, dtype: DType) -> Result<Vec<Device>> {
+    let wanted = if args.devices.is_empty() {
+        vec![crate::args::DeviceArg::Auto]
+    } else {
+        args.devices.clone()
+    };
+    for d in &wanted {
+        device::check_available(*d)?;
+    }
+    let mut out: Vec<Device> = Vec::new();
+    for d in wanted {
+        let dev = device::open(d)?;
+        let name = device::describe(&dev);
+        if out.iter().any(|o| device::describe(o) == name) {
+            bail!("--device {name} is given twice: one worker per device");
+        }
+        if let Some(w) = device::dtype_warning(&dev, dtype) {
+            tracing::warn!("{w}");
+        }
+        out.push(dev);
+    }
+    Ok(out)
+}
+
+/// The server's settings from the options.
+fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
+    let mut c = ServerConfig::default();
+    c.addr = (args.host.as_str(), args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("--host {}: not an address or a known host name", args.host))?
+        .next()
+        .with_context(|| format!("--host {}: no address", args.host))?;
+    c.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    c.voices_dir = args.voices.clone();
+    c.queue_capacity = args.queue;
+    c.request_timeout = Duration::from_secs(args.timeout);
+    c.max_new_tokens = args
+        .max_new_tokens
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    for a in &args.model_aliases {
+        let Some(id) = ModelId::from_name(&a.target) else {
+            bail!(
+                "--model-alias {}={}: no model {}; the models are chatterbox, \
+                 chatterbox-multilingual, chatterbox-turbo and chatterbox-nano",
+                a.name,
+                a.target,
+                a.target
+            );
+        };
+        if !served.iter().any(|p| model_id(p.model) == id) {
+            bail!(
+                "--model-alias {}={}: {} is not served (add --model for it)",
+                a.name,
+                a.target,
+                a.target
+            );
+        }
+        c.model_aliases.insert(a.name.clone(), id);
+    }
+    for a in &args.voice_aliases {
+        if !chatterbox_server::valid_voice_name(&a.target) {
+            bail!(
+                "--voice-alias {}={}: voice names are 1 to 64 of A-Z a-z 0-9 _ -",
+                a.name,
+                a.target
+            );
+        }
+        c.voice_aliases.insert(a.name.clone(), a.target.clone());
+    }
+    Ok(c)
+}
+
+/// A loaded model as the server serves it.
+fn speech_model(tts: Tts) -> Box<dyn SpeechModel> {
+    Box::new(match tts {
+        Tts::English(m) => PipelineModel::from(m),
+        Tts::Multilingual(m) => PipelineModel::from(m),
+        Tts::Turbo(m) => PipelineModel::from(m),
+    })
+}
+
+/// The worker of `dev`: loads every planned model on it (on the worker's thread).
+fn worker(
+    dev: Device,
+    plan: Vec<Planned>,
+    mtl: MultilingualT3,
+    dtype: DType,
+    failure: Arc<LoadFailure>,
+) -> DeviceModels {
+    let label = device::describe(&dev);
+    let name = label.clone();
+    DeviceModels::new(label, move || {
+        let mut models = Vec::with_capacity(plan.len());
+        for p in &plan {
+            let t0 = Instant::now();
+            let variant = speak::variant(p.model);
+            let loaded = {
+                let _one_download = matches!(p.src, Source::Hub(_))
+                    .then(|| HUB.lock().unwrap_or_else(PoisonError::into_inner));
+                speak::load(p.model, &mtl, &p.src, None, &dev, dtype)
+            };
+            match loaded {
+                Ok(tts) => {
+                    tracing::info!(
+                        model = %model_id(p.model),
+                        device = %name,
+                        from = %p.src.describe(),
+                        secs = format!("{:.1}", t0.elapsed().as_secs_f64()),
+                        "model loaded"
+                    );
+                    models.push(speech_model(tts));
+                }
+                Err(e) => {
+                    let e = e.context(format!(
+                        "cannot load the {} model from {} on {name}",
+                        variant.name(),
+                        p.src.describe()
+                    ));
+                    failure.set(crate::report(&e));
+                    let boxed: ModelError = e.into();
+                    return Err(boxed);
+                }
+            }
+        }
+        Ok(models)
+    })
+}
+
+/// Runs `chatterbox serve`.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let mtl = match &args.mtl_version {
+        Some(v) if !args.models.iter().any(|m| m.model == Model::Multilingual) => {
+            bail!("--mtl-version {v} applies to --model multilingual only")
+        }
+        Some(v) => MultilingualT3::parse(v)?,
+        None => MultilingualT3::V2,
+    };
+    let planned = plan(&args, &mtl)?;
+    let config = config(&args, &planned)?;
+    let dtype = device::dtype(args.dtype);
+    let devices = devices(&args, dtype)?;
+    let failure = Arc::new(LoadFailure::default());
+    let workers: Vec<DeviceModels> = devices
+        .into_iter()
+        .map(|d| worker(d, planned.clone(), mtl.clone(), dtype, failure.clone()))
+        .collect();
+    let models: Vec<&str> = planned.iter().map(|p| model_id(p.model).name()).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("chatterbox-http")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config, workers, &models, failure))
+}
+
+async fn serve(
+    config: ServerConfig,
+    workers: Vec<DeviceModels>,
+    models: &[&str],
+    failure: Arc<LoadFailure>,
+) -> Result<()> {
+    let addr: SocketAddr = config.addr;
+    let server = Server::bind(config, workers)
+        .await
+        .with_context(|| format!("cannot start the server on {addr}"))?;
+    let bound = server.local_addr()?;
+    // The one line scripts and tests read for the address (port 0 picks one).
+    eprintln!(
+        "chatterbox serve: listening on http://{bound} (loading {}; GET /ready answers 200 once \
+         loaded)",
+        models.join(", ")
+    );
+    let failed = failure.clone();
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = failed.notify.notified() => {
+                tracing::error!("a model failed to load: stopping");
+            }
+        }
+    };
+    server.run(shutdown).await.context("the server failed")?;
+    if let Some(message) = failure.take() {
+        bail!("{}", message.trim_start_matches("error: "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+
+    fn serve_args(extra: &[&str]) -> Result<ServeArgs> {
+        let mut argv = vec!["chatterbox", "serve"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Serve(a) => Ok(*a),
+            other => bail!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn options_become_the_server_config() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let d = dir.path().display().to_string();
+        let a = serve_args(&[
+            "--model-dir",
+            &d,
+            "--port",
+            "0",
+            "--api-key",
+            "k",
+            "--queue",
+            "3",
+            "--timeout",
+            "9",
+            "--max-new-tokens",
+            "40",
+            "--model-alias",
+            "tts-1-hd=chatterbox",
+            "--voice-alias",
+            "alloy=narrator",
+        ])?;
+        let planned = vec![Planned {
+            model: Model::English,
+            src: Source::Dir(dir.path().to_path_buf()),
+        }];
+        let c = config(&a, &planned)?;
+        assert_eq!(c.addr.to_string(), "127.0.0.1:0");
+        assert_eq!(c.api_key.as_deref(), Some("k"));
+        assert_eq!(c.queue_capacity, 3);
+        assert_eq!(c.request_timeout, Duration::from_secs(9));
+        assert_eq!(c.max_new_tokens, Some(40));
+        assert_eq!(c.model_aliases.get("tts-1-hd"), Some(&ModelId::English));
+        assert_eq!(
+            c.voice_aliases.get("alloy").map(String::as_str),
+            Some("narrator")
+        );
+        let a = serve_args(&["--model-alias", "x=chatterbox-turbo"])?;
+        let e = config(&a, &planned)
+            .err()
+            .context("an unserved alias target")?;
+        assert!(e.to_string().contains("not served"), "{e}");
+        let a = serve_args(&["--voice-alias", "x=../etc"])?;
+        assert!(config(&a, &planned).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn missing_files_and_repeated_models_fail_before_loading() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let d = dir.path().display().to_string();
+        let a = serve_args(&["--model-dir", &d])?;
+        let e = plan(&a, &MultilingualT3::V2)
+            .err()
+            .context("an empty dir")?;
+        assert!(format!("{e:#}").contains("MODEL=DIR"), "{e:#}");
+        let a = serve_args(&["-m", "turbo", "-m", "turbo", "--model-dir", &d])?;
+        let e = plan(&a, &MultilingualT3::V2).err().context("twice")?;
+        assert!(e.to_string().contains("twice"), "{e}");
+        let a = serve_args(&["-m", "english", "-m", "nano", "--model-dir", &d])?;
+        let e = plan(&a, &MultilingualT3::V2)
+            .err()
+            .context("a shared dir")?;
+        assert!(e.to_string().contains("--model nano=DIR"), "{e}");
+        Ok(())
+    }
+}
