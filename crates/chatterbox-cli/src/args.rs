@@ -145,7 +145,10 @@ synthesised before the tokens after it are known.";
 const VC_EXAMPLES: &str = "\
 Examples:
   chatterbox vc my-speech.wav --target someone.wav -o my-speech-as-someone.wav
-  chatterbox vc input.flac --target ref.wav --model-dir ./chatterbox-ckpt -o out.wav";
+  chatterbox vc input.flac --target ref.wav --model-dir ./chatterbox-ckpt -o out.wav
+
+  # A long recording: converted and written in 20 s windows (--window-ms 0: one pass)
+  chatterbox vc lecture.mp3 --target ref.wav --window-ms 30000 --overlap-ms 3000 -o out.wav";
 
 /// Which Chatterbox model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -477,6 +480,26 @@ pub struct VcArgs {
     /// checkpoint's built-in voice.
     #[arg(short, long, value_name = "AUDIO")]
     pub target: Option<PathBuf>,
+    /// Longest stretch of source converted in one pass, in milliseconds: a longer source is
+    /// converted in overlapping windows of this length, written as each is done, so time grows
+    /// linearly with its length and memory stays flat. 0: one pass, however long (time grows
+    /// with the square of the length).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 20_000,
+        help_heading = "Conversion"
+    )]
+    pub window_ms: u32,
+    /// Overlap of consecutive windows, in milliseconds (at least 160, at most half of
+    /// --window-ms); each join is crossfaded at the overlap's quietest point.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 2_000,
+        help_heading = "Conversion"
+    )]
+    pub overlap_ms: u32,
     /// Model, device and output.
     #[command(flatten)]
     pub runtime: RuntimeArgs,

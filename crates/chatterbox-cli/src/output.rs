@@ -84,13 +84,6 @@ impl Output {
         Ok(())
     }
 
-    /// Writes `audio` as a mono WAV file (or raw PCM).
-    pub fn write(&self, audio: &Audio, format: WavFormatArg) -> Result<()> {
-        let mut sink = self.sink(audio.sample_rate, format, false)?;
-        sink.push(&audio.samples)?;
-        sink.finish().map(drop)
-    }
-
     /// A writer that takes the audio piece by piece (long texts: memory stays flat). A file is
     /// written into a temporary file as the audio comes and renamed into place by
     /// [`Sink::finish`]; dropped unfinished, the temporary file is removed; on a signal it is

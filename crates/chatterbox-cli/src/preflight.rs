@@ -110,8 +110,9 @@ pub fn check_checkpoint(
         "vocab.json" if dir.join("tokenizer.json").is_file() => "tokenizer.json",
         other => other,
     };
+    let needed_by = format!("the {} model", variant.name());
     for name in [files.ve, files.t3.as_str(), files.s3gen, tokenizer] {
-        readable(dir, name, variant)?;
+        readable(dir, name, &needed_by)?;
     }
     if needs_builtin_voice {
         if !dir.join(CONDS_FILE).is_file() {
@@ -121,21 +122,41 @@ pub fn check_checkpoint(
                 dir.display()
             );
         }
-        readable(dir, CONDS_FILE, variant)?;
+        readable(dir, CONDS_FILE, &needed_by)?;
+    }
+    Ok(())
+}
+
+/// `chatterbox vc`'s checkpoint files: `s3gen.safetensors`, and the built-in voice
+/// (`conds.pt`) when no `--target` is given.
+pub fn check_vc_checkpoint(src: &Source, needs_builtin_voice: bool) -> Result<()> {
+    let Source::Dir(dir) = src else {
+        return Ok(());
+    };
+    readable(dir, VC_WEIGHTS, "voice conversion")?;
+    if needs_builtin_voice {
+        if !dir.join(CONDS_FILE).is_file() {
+            bail!(
+                "no target voice: {} has no built-in voice ({CONDS_FILE}); pass --target AUDIO \
+                 (a 5-10 s clip of the voice to convert to)",
+                dir.display()
+            );
+        }
+        readable(dir, CONDS_FILE, "voice conversion")?;
     }
     Ok(())
 }
 
 /// Opens `dir/name` and reads a byte: missing, unreadable and empty files are named now.
-fn readable(dir: &Path, name: &str, variant: Variant) -> Result<()> {
+/// `needed_by`: what needs it ("the english model", "voice conversion").
+fn readable(dir: &Path, name: &str, needed_by: &str) -> Result<()> {
     use std::io::Read;
     let path = dir.join(name);
     if !path.is_file() {
         bail!(
-            "--model-dir {}: {name} is missing (the {} model needs it; see docs/setup.md for \
+            "--model-dir {}: {name} is missing ({needed_by} needs it; see docs/setup.md for \
              the files of each model)",
-            dir.display(),
-            variant.name()
+            dir.display()
         );
     }
     let mut byte = [0u8; 1];
@@ -150,21 +171,117 @@ fn readable(dir: &Path, name: &str, variant: Variant) -> Result<()> {
 
 /// A voice clip: long enough for the model and not silent.
 pub fn check_voice_clip(path: &Path, audio: &Audio, variant: Variant) -> Result<()> {
-    let secs = audio.duration_secs();
     let (min, exclusive) = match variant {
         Variant::Turbo | Variant::Nano => (TURBO_MIN_REF_SECS, true),
         _ => (MIN_REF_SECS, false),
     };
-    if secs < min || (exclusive && secs <= min) {
+    let clip = Clip {
+        what: "the voice clip",
+        needed_by: format!("the {} model", variant.name()),
+        min_secs: min,
+        exclusive,
+        best: " (5-10 s is best)",
+        silent: "it holds no speech to clone; use a recording of someone speaking",
+    };
+    check_clip(path, audio, &clip, audio.samples.len())
+}
+
+/// The file that `ChatterboxVc` reads its weights from.
+pub const VC_WEIGHTS: &str = "s3gen.safetensors";
+
+/// The shortest voice-conversion source: one 40 ms speech token (`ChatterboxVc` makes no token
+/// of less than 10 ms, and a token or less holds no word).
+pub const MIN_SOURCE_SECS: f64 = 0.04;
+
+/// Seconds of the target clip that `ChatterboxVc::set_target_voice` uses (its first 10 s).
+const TARGET_SECS: f64 = 10.0;
+
+/// `chatterbox vc`'s source recording: at least one speech token long, and not silent (an
+/// all-silent source converts to silence).
+pub fn check_vc_source(path: &Path, audio: &Audio) -> Result<()> {
+    let clip = Clip {
+        what: "the source recording",
+        needed_by: "voice conversion".into(),
+        min_secs: MIN_SOURCE_SECS,
+        exclusive: false,
+        best: " (one 40 ms speech token)",
+        silent: "it holds no speech to convert; use a recording of someone speaking",
+    };
+    check_clip(path, audio, &clip, audio.samples.len())
+}
+
+/// `chatterbox vc --target`: as long as `ChatterboxVc` requires (`MIN_REF_SECS`), and its
+/// first 10 s (all that is used) not silent.
+pub fn check_vc_target(path: &Path, audio: &Audio) -> Result<()> {
+    let clip = Clip {
+        what: "the target voice clip",
+        needed_by: "voice conversion".into(),
+        min_secs: MIN_REF_SECS,
+        exclusive: false,
+        best: " (5-10 s is best)",
+        silent: "its first 10 s (all that is used) hold no voice to convert to; use a \
+                 recording of someone speaking",
+    };
+    let used = (TARGET_SECS * f64::from(audio.sample_rate)) as usize;
+    check_clip(path, audio, &clip, used)
+}
+
+/// `--window-ms` and `--overlap-ms` as `ChatterboxVc` validates them (`window_ms = 0`: one
+/// pass, the overlap unused), so a bad pair is refused before loading.
+pub fn check_vc_window(window_ms: u32, overlap_ms: u32) -> Result<()> {
+    if window_ms == 0 {
+        return Ok(());
+    }
+    if overlap_ms < MIN_OVERLAP_MS || overlap_ms.saturating_mul(2) > window_ms {
         bail!(
-            "the voice clip {} is {secs:.1} s long: the {} model needs {} {min} s of speech \
-             (5-10 s is best)",
-            path.display(),
-            variant.name(),
-            if exclusive { "more than" } else { "at least" },
+            "--overlap-ms {overlap_ms} with --window-ms {window_ms}: expected an overlap of at \
+             least {MIN_OVERLAP_MS} ms and at most half the window (--window-ms 0 never splits)"
         );
     }
-    let peak = audio.samples.iter().fold(0f32, |m, v| m.max(v.abs()));
+    Ok(())
+}
+
+/// `ChatterboxVc`'s shortest overlap of windows (four 40 ms tokens: the join needs a token of
+/// margin on each side of its crossfade); not exported by the library, mirrored here.
+pub const MIN_OVERLAP_MS: u32 = 160;
+
+/// What a clip check says and requires.
+struct Clip {
+    /// "the voice clip".
+    what: &'static str,
+    /// "the english model".
+    needed_by: String,
+    min_secs: f64,
+    /// Whether exactly `min_secs` is too short.
+    exclusive: bool,
+    /// Advice after the minimum.
+    best: &'static str,
+    /// Why a silent clip is refused.
+    silent: &'static str,
+}
+
+/// `audio` (read from `path`) long enough, and its first `used` samples not near-silent.
+fn check_clip(path: &Path, audio: &Audio, c: &Clip, used: usize) -> Result<()> {
+    let secs = audio.duration_secs();
+    let min = c.min_secs;
+    if secs < min || (c.exclusive && secs <= min) {
+        // shorter than a tenth of a second: show the milliseconds
+        let len = if secs < 0.1 {
+            format!("{:.0} ms", secs * 1000.0)
+        } else {
+            format!("{secs:.1} s")
+        };
+        bail!(
+            "{} {} is {len} long: {} needs {} {min} s of speech{}",
+            c.what,
+            path.display(),
+            c.needed_by,
+            if c.exclusive { "more than" } else { "at least" },
+            c.best,
+        );
+    }
+    let n = used.min(audio.samples.len());
+    let peak = audio.samples[..n].iter().fold(0f32, |m, v| m.max(v.abs()));
     if peak < SILENT_PEAK {
         let db = if peak > 0.0 {
             format!("{:.0} dBFS", 20.0 * peak.log10())
@@ -172,9 +289,10 @@ pub fn check_voice_clip(path: &Path, audio: &Audio, variant: Variant) -> Result<
             "digital silence".into()
         };
         bail!(
-            "the voice clip {} is silent or nearly so (peak {db}): it holds no speech to \
-             clone; use a recording of someone speaking",
-            path.display()
+            "{} {} is silent or nearly so (peak {db}): {}",
+            c.what,
+            path.display(),
+            c.silent
         );
     }
     Ok(())
@@ -315,6 +433,84 @@ mod tests {
                 .context("ok")?
         );
         assert!(e.contains("no built-in voice (conds.pt)"), "{e}");
+        Ok(())
+    }
+
+    #[test]
+    fn vc_windows_are_checked_as_the_library_does() -> Result<()> {
+        // the library's rule (vc_chunks::window_tokens): 0 never splits; else an overlap of
+        // at least 160 ms and at most half the window
+        for (w, o) in [
+            (0, 0),
+            (0, 99_999),
+            (20_000, 2_000),
+            (320, 160),
+            (4_000, 2_000),
+        ] {
+            check_vc_window(w, o)?;
+        }
+        for (w, o) in [
+            (4_000, 100),
+            (4_000, 2_001),
+            (100, 50),
+            (1, 160),
+            (u32::MAX, 0),
+        ] {
+            let e = format!("{:#}", check_vc_window(w, o).err().context("ok")?);
+            assert!(
+                e.contains(&format!("--overlap-ms {o} with --window-ms {w}")),
+                "{e}"
+            );
+        }
+        // the flags' defaults are the library's
+        use clap::Parser;
+        let cli = crate::args::Cli::try_parse_from(["chatterbox", "vc", "in.wav"])?;
+        let crate::args::Command::Vc(a) = cli.command else {
+            bail!("not vc");
+        };
+        let d = chatterbox_pipeline::VcOptions::default();
+        assert_eq!((a.window_ms, a.overlap_ms), (d.window_ms, d.overlap_ms));
+        Ok(())
+    }
+
+    #[test]
+    fn vc_sources_and_targets_are_checked() -> Result<()> {
+        let p = Path::new("in.wav");
+        let tone = |secs: f64, amp: f32, sr: u32| {
+            let n = (secs * f64::from(sr)) as usize;
+            Audio::new((0..n).map(|i| amp * (i as f32 * 0.1).sin()).collect(), sr)
+        };
+        check_vc_source(p, &tone(0.05, 0.3, 16_000))?;
+        let e = format!(
+            "{:#}",
+            check_vc_source(p, &tone(0.02, 0.3, 16_000))
+                .err()
+                .context("ok")?
+        );
+        assert!(
+            e.contains("in.wav is 20 ms long") && e.contains("0.04 s"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            check_vc_source(p, &tone(2.0, 0.0, 16_000))
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("source recording in.wav is silent"), "{e}");
+        check_vc_target(p, &tone(0.5, 0.3, 24_000))?;
+        let e = format!(
+            "{:#}",
+            check_vc_target(p, &tone(0.4, 0.3, 24_000))
+                .err()
+                .context("ok")?
+        );
+        assert!(e.contains("at least 0.5 s"), "{e}");
+        // only the first 10 s are used: speech after them does not make a silent start usable
+        let mut late = tone(12.0, 3e-5, 24_000);
+        late.samples[11 * 24_000] = 0.5;
+        let e = format!("{:#}", check_vc_target(p, &late).err().context("ok")?);
+        assert!(e.contains("first 10 s") && e.contains("-90 dBFS"), "{e}");
         Ok(())
     }
 }

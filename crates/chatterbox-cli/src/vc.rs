@@ -1,10 +1,10 @@
 //! `chatterbox vc`: voice conversion with `ChatterboxVc`.
 use crate::args::VcArgs;
-use crate::device;
 use crate::input::load_audio;
 use crate::output::{summary, Output};
 use crate::progress::{Progress, Step};
 use crate::source::{read_config, Source};
+use crate::{device, preflight};
 use anyhow::{Context, Result};
 use chatterbox_pipeline::{ChatterboxVc, VcOptions, VcProgress};
 use indicatif::ProgressBar;
@@ -24,16 +24,26 @@ pub fn run(args: VcArgs) -> Result<()> {
         inputs.push(("--config", c.as_path()));
     }
     out.refuse_inputs(&inputs)?;
+    preflight::check_vc_window(args.window_ms, args.overlap_ms)?;
     let source_audio = load_audio(&args.source, "source recording")?;
+    preflight::check_vc_source(&args.source, &source_audio)?;
     let target_audio = match &args.target {
-        Some(p) => Some(load_audio(p, "target voice clip")?),
+        Some(p) => {
+            let audio = load_audio(p, "target voice clip")?;
+            preflight::check_vc_target(p, &audio)?;
+            Some(audio)
+        }
         None => None,
     };
     let config = rt.config.as_deref().map(read_config).transpose()?;
     let src = Source::resolve(rt.model_dir.as_deref(), "ResembleAI/chatterbox")?;
+    preflight::check_vc_checkpoint(&src, args.target.is_none())?;
     let progress = Progress::new(rt.quiet);
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
+    if let Some(w) = device::dtype_warning(&dev, dtype) {
+        progress.note(w);
+    }
 
     let step = progress.step(format!(
         "Loading the voice conversion model from {}",
@@ -67,16 +77,46 @@ pub fn run(args: VcArgs) -> Result<()> {
     }
 
     let started = Instant::now();
-    let mut opts = VcOptions::default();
-    opts.seed = rt.seed;
+    let opts = VcOptions::default()
+        .with_seed(rt.seed)
+        .with_window(args.window_ms, args.overlap_ms);
+    // Each window's audio is written as it is final: an error or a signal keeps the file at
+    // -o as it was (a signal keeps the finished windows in a partial file; see `interrupt`).
+    let mut sink = out.sink(ChatterboxVc::SAMPLE_RATE, rt.wav_format, false)?;
     let mut bar = WindowBar::new(&progress, source_audio.duration_secs());
-    let audio = vc
-        .generate_with_progress(&source_audio, &opts, &mut |p| bar.event(p))
-        .context("voice conversion failed")?;
+    let mut write_error = None;
+    let result = vc.generate_stream(
+        &source_audio,
+        &opts,
+        &mut |p| bar.event(p),
+        &mut |samples| {
+            sink.push(samples).map_err(|e| {
+                let msg = format!("{e:#}");
+                write_error = Some(e);
+                chatterbox_pipeline::PipelineError::Io {
+                    path: out_path(&out),
+                    source: std::io::Error::other(msg),
+                }
+            })
+        },
+    );
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    result.context("voice conversion failed")?;
     bar.done();
-    out.write(&audio, rt.wav_format)?;
-    progress.note(summary(&out, audio.duration_secs(), started.elapsed()));
+    let samples = sink.finish()?;
+    let secs = samples as f64 / f64::from(ChatterboxVc::SAMPLE_RATE);
+    progress.note(summary(&out, secs, started.elapsed()));
     Ok(())
+}
+
+/// The output's path as the pipeline's errors name it.
+fn out_path(out: &Output) -> std::path::PathBuf {
+    match out {
+        Output::File(p) => p.clone(),
+        Output::Stdout => "-".into(),
+    }
 }
 
 /// A spinner while the source converts in one pass; a bar of windows when it is long enough to

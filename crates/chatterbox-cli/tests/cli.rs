@@ -513,3 +513,57 @@ fn voice_clip_formats_phone_memos_work_and_opus_is_named() {
     assert_fails_with(&o, &["Ogg Opus is not supported", "FLAC", "M4A"]);
     assert!(!stderr(&o).contains("ERROR"), "{}", stderr(&o));
 }
+
+#[test]
+fn bad_vc_windows_are_refused_before_any_model_work() {
+    let dir = tempdir();
+    let source = dir.path().join("source.wav");
+    write_tone(&source);
+    let out = dir.path().join("out.wav");
+    let vc = |extra: &[&str]| {
+        let mut args = vec![
+            "vc",
+            s(&source),
+            "--model-dir",
+            s(dir.path()),
+            "--device",
+            "cpu",
+            "-o",
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        chatterbox(&args)
+    };
+    // Values the library refuses: exit 1 (the option named, as the library's rule says),
+    // before the (empty) checkpoint directory is read.
+    for (extra, needle) in [
+        (
+            &["--overlap-ms", "100"][..],
+            "--overlap-ms 100 with --window-ms 20000",
+        ),
+        (
+            &["--window-ms", "1000", "--overlap-ms", "600"][..],
+            "--overlap-ms 600 with --window-ms 1000",
+        ),
+        (
+            &["--window-ms", "100"][..],
+            "at least 160 ms and at most half the window",
+        ),
+    ] {
+        let o = vc(extra);
+        assert_fails_with(&o, &[needle]);
+        assert!(!stderr(&o).contains("missing"), "{}", stderr(&o));
+    }
+    // Not a number of milliseconds: a usage error (exit 2).
+    for bad in ["--window-ms=-5", "--window-ms=1.5s", "--window-ms=x"] {
+        let o = vc(&[bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--window-ms"), "{}", stderr(&o));
+    }
+    // --window-ms 0 (one pass) with any overlap passes on to the checkpoint check.
+    let o = vc(&["--window-ms", "0", "--overlap-ms", "0"]);
+    assert_fails_with(&o, &["s3gen.safetensors is missing"]);
+    assert!(!out.exists());
+    let o = chatterbox(&["vc", "--help"]);
+    assert!(stdout(&o).contains("--window-ms") && stdout(&o).contains("--overlap-ms"));
+}

@@ -250,6 +250,109 @@ fn vc_converts_the_source_to_the_target_voice() -> R<()> {
     Ok(())
 }
 
+/// `chatterbox vc SOURCE --target TARGET` on the tiny checkpoint, writing `out`, with `extra`.
+fn vc(s: &Setup, source: &Path, target: &Path, out: &Path, extra: &[&str]) -> R<Output> {
+    let mut args = vec![
+        "vc",
+        p(source),
+        "--target",
+        p(target),
+        "--model-dir",
+        p(&s.dir),
+        "--device",
+        "cpu",
+        "-o",
+        p(out),
+    ];
+    args.extend_from_slice(extra);
+    chatterbox(&args)
+}
+
+/// Refused with exit status 1, a message naming `file` and containing `needle`, before the
+/// model is loaded (off a terminal each step prints a line: no "Loading" one), and no output.
+fn refused_before_loading(o: &Output, file: &str, needle: &str, out: &Path) -> R<()> {
+    let err = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(o.status.code() == Some(1), "{:?}: {err}", o.status);
+    anyhow::ensure!(err.contains(file) && err.contains(needle), "{err}");
+    anyhow::ensure!(!err.contains("Loading"), "refused after loading: {err}");
+    anyhow::ensure!(!out.exists(), "no output on failure");
+    Ok(())
+}
+
+#[test]
+fn vc_refuses_silent_and_too_short_clips_before_loading() -> R<()> {
+    let s = setup()?;
+    let dir = s.dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let out = dir.join("refused.wav");
+    // Dither only (peak 3e-5, -90 dBFS): the library would take it as a voice.
+    let dither: Vec<f32> = (0..48_000).map(|i| 3e-5 * (i as f32 * 0.7).sin()).collect();
+    let quiet = dir.join("quiet-target.wav");
+    write_wav(&quiet, dither.clone(), 24_000)?;
+    let o = vc(&s, &s.source_wav, &quiet, &out, &[])?;
+    refused_before_loading(&o, "quiet-target.wav", "-90 dBFS", &out)?;
+    // A target under the library's 0.5 s.
+    let clip = chatterbox_dsp::audio::load(&s.ref_wav)?.samples;
+    let short_target = dir.join("short-target.wav");
+    write_wav(&short_target, clip[..7_200].to_vec(), 24_000)?;
+    let o = vc(&s, &s.source_wav, &short_target, &out, &[])?;
+    refused_before_loading(&o, "short-target.wav", "at least 0.5 s", &out)?;
+    // A 5 ms source (no speech token: the library failed after loading, naming no file).
+    let source = chatterbox_dsp::audio::load(&s.source_wav)?.samples;
+    let short = dir.join("short-source.wav");
+    write_wav(&short, source[..80].to_vec(), 16_000)?;
+    let o = vc(&s, &short, &s.ref_wav, &out, &[])?;
+    refused_before_loading(&o, "short-source.wav", "5 ms long", &out)?;
+    // An all-silent source would convert to silence.
+    let silent = dir.join("silent-source.wav");
+    write_wav(&silent, vec![0.0; 16_000], 16_000)?;
+    let o = vc(&s, &silent, &s.ref_wav, &out, &[])?;
+    refused_before_loading(&o, "silent-source.wav", "digital silence", &out)?;
+    Ok(())
+}
+
+#[test]
+fn vc_converts_a_long_source_window_by_window() -> R<()> {
+    let s = setup()?;
+    let dir = s.dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    // 3 s of source (75 speech tokens) in windows of 800 ms overlapping by 200 ms: 5 windows.
+    let source = chatterbox_dsp::audio::load(&s.source_wav)?
+        .samples
+        .repeat(5);
+    let long = dir.join("long-source.wav");
+    let tokens = (source.len() / 160).div_ceil(4);
+    write_wav(&long, source, 16_000)?;
+    let (windowed, single) = (dir.join("windowed.wav"), dir.join("single.wav"));
+    let f32_out = ["--wav-format", "f32"];
+    let o = vc(
+        &s,
+        &long,
+        &s.ref_wav,
+        &windowed,
+        &[&f32_out[..], &["--window-ms", "800", "--overlap-ms", "200"]].concat(),
+    )?;
+    ok(&o)?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(err.contains("window 5/5 done"), "not 5 windows: {err}");
+    let w = read(&windowed)?;
+    // The library's contract: 960 output samples per 40 ms token of the source, as one pass.
+    anyhow::ensure!(
+        w.len() == 960 * tokens,
+        "{} samples for {tokens} tokens",
+        w.len()
+    );
+    ok(&vc(
+        &s,
+        &long,
+        &s.ref_wav,
+        &single,
+        &[&f32_out[..], &["--window-ms", "0"]].concat(),
+    )?)?;
+    let one = read(&single)?;
+    anyhow::ensure!(one.len() == w.len(), "one pass: {} samples", one.len());
+    anyhow::ensure!(one != w, "the windows were not converted separately");
+    Ok(())
+}
+
 #[test]
 fn turbo_needs_a_clip_longer_than_5_s_and_speaks_with_one() -> R<()> {
     let s = setup()?;
@@ -409,6 +512,79 @@ fn sigterm_keeps_the_finished_chunks_and_the_old_output() -> R<()> {
     );
     anyhow::ensure!(std::fs::read(&out)? == before, "the old output was changed");
     // The kept file is a valid WAV of whole chunks, readable by a decoder.
+    let (samples, _) = wav_counts(&partial)?;
+    anyhow::ensure!(samples > 0, "no audio kept");
+    anyhow::ensure!(read(&partial)?.len() == samples as usize);
+    Ok(())
+}
+
+#[cfg(unix)]
+#[test]
+fn vc_sigterm_keeps_the_finished_windows_and_the_old_output() -> R<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::time::{Duration, Instant};
+    let s = setup()?;
+    let dir = s.dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let out = dir.join("converted.wav");
+    write_wav(&out, vec![0.25; 2400], 24_000)?;
+    let before = std::fs::read(&out)?;
+    // Two minutes of source in 400 ms windows: hundreds of them, so the run is still going
+    // when the first ones are written.
+    let source = chatterbox_dsp::audio::load(&s.source_wav)?
+        .samples
+        .repeat(200);
+    let long = dir.join("two-minutes.wav");
+    write_wav(&long, source, 16_000)?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .args([
+            "vc",
+            p(&long),
+            "--target",
+            p(&s.ref_wav),
+            "--model-dir",
+            p(&s.dir),
+            "--device",
+            "cpu",
+            "--window-ms",
+            "400",
+            "--overlap-ms",
+            "160",
+            "-o",
+            p(&out),
+        ])
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let started = Instant::now();
+    let partial = loop {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "no partial audio after 120 s"
+        );
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("finished ({status}) before it could be interrupted");
+        }
+        if let Some(f) = partial_files(&dir, "converted")?.first() {
+            if wav_counts(f).is_ok_and(|(n, _)| n > 0) {
+                break f.clone();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    kill(Pid::from_raw(i32::try_from(child.id())?), Signal::SIGTERM)?;
+    let o = child.wait_with_output()?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    anyhow::ensure!(o.status.code() == Some(130), "status {:?}: {err}", o.status);
+    anyhow::ensure!(
+        err.contains("interrupted") && err.contains(p(&partial)),
+        "the message does not name {}: {err}",
+        partial.display()
+    );
+    anyhow::ensure!(std::fs::read(&out)? == before, "the old output was changed");
     let (samples, _) = wav_counts(&partial)?;
     anyhow::ensure!(samples > 0, "no audio kept");
     anyhow::ensure!(read(&partial)?.len() == samples as usize);
