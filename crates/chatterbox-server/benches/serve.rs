@@ -1,0 +1,776 @@
+//! `cargo xtask bench serve --threads 2 --no-reference`: the load test of issue 22. The server
+//! runs in-process on 127.0.0.1 (an ephemeral port) with one worker, on a full-size random
+//! checkpoint, driven by concurrent loopback HTTP clients (tokio + reqwest); JSON records go to
+//! `CHATTERBOX_BENCH_OUT` (else stdout). There is no reference side (no
+//! `parity/bench/serve.py`).
+//!
+//! Variant: `CHATTERBOX_SERVE_VARIANT` = `turbo` (default) | `english`. Checkpoint:
+//! `CHATTERBOX_SERVE_CKPT`, else `/tmp/chatterbox-bench-<variant>`, written on first use by
+//! `parity/checkpoints.py --size full` (the parity venv). The built-in voice is the 10 s
+//! speech-like clip of `pipeline.rs`, prepared on the worker before `/ready` answers 200 (the
+//! requests ask for `voice=alloy`, which maps to it). `CHATTERBOX_BENCH_DEVICE=cuda` (with
+//! `--features cuda`) serves from GPU 0 with bf16 T3 and flow.
+//!
+//! Request length: random weights rarely draw the stop token, so every request runs to its
+//! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
+//! value the bench sets between phases (what `ServerConfig::max_new_tokens` does, without
+//! reloading the model): `CHATTERBOX_SERVE_TOKENS` (default 125: 5 s of audio at 25 tokens a
+//! second) for the load levels, `CHATTERBOX_SERVE_MEMORY_TOKENS` (default 20) for the memory
+//! phase. English drops the ~20% of random draws that are not speech tokens, so its requests
+//! are shorter (`*_audio_s` says how long).
+//!
+//! Requests: `POST /v1/audio/speech` with a short varied English sentence (one text chunk),
+//! `response_format=pcm` (s16le, 24 kHz), `stream_format=audio`, seed = the request's index.
+//! One request is sent first as a warm-up and not counted.
+//!
+//! Load levels: for each `N` in `CHATTERBOX_SERVE_CLIENTS` (default `1,2,4,8`), `N` clients
+//! (each its own connection pool) take requests from a shared counter until
+//! `CHATTERBOX_SERVE_REQUESTS` (default 40) have been sent. Per request: the time to the first
+//! body byte (`ttfb`), the time to the last (`latency`), the audio received (bytes / 2 / 24 kHz)
+//! and the playback margin: a listener starts playing at the first byte; the bytes of a piece
+//! arriving at `t` are due at `t_first + offset / 24 kHz`; the worst margin over the later
+//! pieces (ms; negative: the audio ran dry, an underrun), as `stream.rs`'s `underrun_margin`.
+//! Records, prefixed `c<N>_`: `ttfb_p50`, `ttfb_p95`, `latency_p50`, `latency_p95` (ms),
+//! `rtf` (audio seconds delivered / wall seconds of the level: > 1 keeps up), `audio_s` (mean
+//! per request), `errors` (non-200 answers, broken or empty bodies, bodies of an odd length),
+//! `underruns` (requests whose margin went negative), `worst_margin` (ms). Then
+//! `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
+//!
+//! Memory phase: `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
+//! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000) short requests; memory is sampled after a
+//! warm-up round of one request per client and after the last request: the process's resident
+//! set (`VmRSS`) and, on CUDA, the device's used memory (total - free as the driver reports
+//! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
+//! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`.
+//!
+//! Every value is stored in the records' `*_ms` fields (one sample); the shape names its unit.
+//! The run fails (after writing its records) on any error, or when the RSS grows by more than
+//! `CHATTERBOX_SERVE_MAX_GROWTH_MB` (default 64) over the memory phase.
+use anyhow::Context as _;
+use candle_core::{DType, Device};
+use chatterbox_pipeline::{
+    Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip, S3GEN_SR, S3_SR,
+};
+use chatterbox_server::{
+    ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig, SpeechModel,
+    SAMPLE_RATE,
+};
+use chatterbox_testkit::{BenchRecord, Timing};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MB: f64 = 1e6;
+
+/// A deterministic speech-like clip (gliding harmonics under a moving envelope).
+fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
+    let n = (f64::from(sr) * seconds) as usize;
+    let mut phase = 0.0f64;
+    (0..n)
+        .map(|i| {
+            let t = i as f64 / f64::from(sr);
+            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
+            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
+            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
+            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
+            (0.2 * env * y) as f32
+        })
+        .collect()
+}
+
+/// Sentence templates (`{p}` a person, `{c}` a place, `{t}` a thing, `{n}` a number): one
+/// text chunk each, 50 to 80 characters.
+const TEMPLATES: [&str; 16] = [
+    "{p} walked to {c} early in the morning and bought {n} loaves of bread.",
+    "Nobody expected the {t} to last for {n} years, but it never broke.",
+    "In {c}, the trains leave every {n} minutes, even on a quiet Sunday.",
+    "{p} said the {t} was far too heavy to carry up the stairs alone.",
+    "We counted {n} birds on the roof before the rain began to fall.",
+    "Have you ever seen a {t} as old as the one in the museum of {c}?",
+    "After the storm, the road to {c} was closed for {n} days.",
+    "When the lights went out, {p} lit {n} candles and kept on reading.",
+    "Please remember to bring the {t} when you come back from {c}.",
+    "The recipe asks for {n} eggs, a cup of milk and a pinch of salt.",
+    "Why would anyone leave a {t} in the middle of the garden path?",
+    "{p} wrote {n} letters that winter and posted every one of them.",
+    "The bus to {c} was late again, by almost {n} minutes.",
+    "If the weather holds, we will sail to {c} in {n} days.",
+    "{p} found the {t} under a pile of newspapers in the attic.",
+    "From the top of the hill you can see {c} and the sea beyond it.",
+];
+const PEOPLE: [&str; 8] = [
+    "Anna",
+    "Marco",
+    "Doctor Patel",
+    "Kenji",
+    "Lucia",
+    "Fatima",
+    "Oliver",
+    "the captain",
+];
+const PLACES: [&str; 8] = [
+    "Lisbon",
+    "the harbour",
+    "Oslo",
+    "the old town",
+    "Nairobi",
+    "the valley",
+    "Kyoto",
+    "the island",
+];
+const THINGS: [&str; 8] = [
+    "lamp",
+    "bicycle",
+    "violin",
+    "suitcase",
+    "kettle",
+    "map",
+    "telescope",
+    "radio",
+];
+/// Short inputs of the memory phase.
+const SHORT: [&str; 8] = [
+    "Hello there.",
+    "Good morning!",
+    "See you soon.",
+    "Thank you.",
+    "Is it raining?",
+    "Not today.",
+    "Right away.",
+    "Well done!",
+];
+
+/// Sentence `i` of a deterministic sequence (fillers drawn by a 64-bit hash of `i`).
+fn sentence(i: usize) -> String {
+    let mut x = (i as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut draw = |n: usize| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((x >> 33) % n as u64) as usize
+    };
+    TEMPLATES[i % TEMPLATES.len()]
+        .replace("{p}", PEOPLE[draw(PEOPLE.len())])
+        .replace("{c}", PLACES[draw(PLACES.len())])
+        .replace("{t}", THINGS[draw(THINGS.len())])
+        .replace("{n}", &(2 + draw(97)).to_string())
+}
+
+/// The served model, its `max_new_tokens` capped at a value the bench changes between phases.
+struct Capped {
+    inner: PipelineModel,
+    cap: Arc<AtomicUsize>,
+}
+
+impl SpeechModel for Capped {
+    fn id(&self) -> ModelId {
+        self.inner.id()
+    }
+    fn default_options(&self) -> GenerateOptions {
+        self.inner.default_options()
+    }
+    fn use_voice(&mut self, path: Option<&Path>) -> Result<(), ModelError> {
+        self.inner.use_voice(path)
+    }
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Result<(), ModelError> {
+        self.inner.save_voice(audio, path)
+    }
+    fn stream<'a>(
+        &'a self,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<ChunkIter<'a>, ModelError> {
+        let mut o = opts.clone();
+        o.max_new_tokens = o
+            .max_new_tokens
+            .min(self.cap.load(Ordering::Acquire).max(1));
+        self.inner.stream(text, &o)
+    }
+}
+
+/// The process's resident set (`VmRSS`), MB.
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb * 1024.0 / MB)
+}
+
+/// The device's used memory (total - free), MB; `None` on the CPU.
+#[cfg(feature = "cuda")]
+fn gpu_used_mb(dev: &Device) -> Option<f64> {
+    match dev {
+        Device::Cuda(d) => {
+            let (free, total) = d.cuda_stream().context().mem_get_info().ok()?;
+            Some(total.saturating_sub(free) as f64 / MB)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_used_mb(_dev: &Device) -> Option<f64> {
+    None
+}
+
+/// One memory sample.
+#[derive(Clone, Copy)]
+struct Sample {
+    rss: f64,
+    gpu: Option<f64>,
+}
+
+fn sample(dev: &Device) -> Sample {
+    let _ = dev.synchronize();
+    Sample {
+        rss: rss_mb(),
+        gpu: gpu_used_mb(dev),
+    }
+}
+
+fn fmt_gpu(gpu: Option<f64>) -> String {
+    gpu.map_or(String::new(), |g| format!(", GPU {g:.0} MB"))
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `CHATTERBOX_SERVE_CKPT`, else `/tmp/chatterbox-bench-<variant>`; written by
+/// parity/checkpoints.py (the parity venv) when `marker` is missing there.
+fn checkpoint(variant: &str, marker: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::var_os("CHATTERBOX_SERVE_CKPT").map_or_else(
+        || PathBuf::from(format!("/tmp/chatterbox-bench-{variant}")),
+        PathBuf::from,
+    );
+    if !dir.join(marker).is_file() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        eprintln!(
+            "writing a full-size random {variant} checkpoint to {}",
+            dir.display()
+        );
+        let status = std::process::Command::new(root.join("parity/.venv/bin/python"))
+            .arg(root.join("parity/checkpoints.py"))
+            .args(["--variant", variant, "--size", "full", "--out"])
+            .arg(&dir)
+            .status()?;
+        anyhow::ensure!(status.success(), "parity/checkpoints.py failed ({status})");
+    }
+    Ok(dir)
+}
+
+struct Bench {
+    records: Vec<BenchRecord>,
+    device: String,
+    threads: usize,
+}
+
+impl Bench {
+    fn push(&mut self, stage: &str, shape: String, value: f64) {
+        eprintln!("{stage:<32} {value:>12.2}  {shape}");
+        self.records.push(BenchRecord {
+            group: "serve".into(),
+            stage: stage.into(),
+            implementation: "rust".into(),
+            device: self.device.clone(),
+            threads: self.threads,
+            timing: Timing::from_samples(&mut [value]),
+            shape,
+        });
+    }
+}
+
+/// What one request gave.
+#[derive(Debug)]
+struct Outcome {
+    /// ms from sending to the first body byte.
+    ttfb: f64,
+    /// ms from sending to the end of the body.
+    latency: f64,
+    /// Seconds of audio received.
+    audio_s: f64,
+    /// Worst playback margin (ms; < 0: underrun).
+    margin: f64,
+    /// Why the request failed, if it did.
+    error: Option<String>,
+}
+
+impl Outcome {
+    fn failed(t0: Instant, why: String) -> Self {
+        Self {
+            ttfb: f64::NAN,
+            latency: t0.elapsed().as_secs_f64() * 1e3,
+            audio_s: 0.0,
+            margin: f64::NAN,
+            error: Some(why),
+        }
+    }
+}
+
+/// Worst margin (ms) of the pieces after the first: `(arrival ms, sample offset, samples)`.
+fn underrun_margin(pieces: &[(f64, usize, usize)]) -> f64 {
+    let Some(&(first, _, _)) = pieces.first() else {
+        return 0.0;
+    };
+    pieces
+        .iter()
+        .skip(1)
+        .filter(|p| p.2 > 0)
+        .map(|&(at, offset, _)| first + offset as f64 * 1e3 / f64::from(SAMPLE_RATE) - at)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
+        .unwrap_or(0.0)
+}
+
+/// Sends one streaming speech request and reads its body piece by piece.
+async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outcome {
+    let t0 = Instant::now();
+    let sent = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await;
+    let mut resp = match sent {
+        Ok(r) => r,
+        Err(e) => return Outcome::failed(t0, format!("send: {e}")),
+    };
+    let status = resp.status();
+    if status != reqwest::StatusCode::OK {
+        let text = resp.text().await.unwrap_or_default();
+        return Outcome::failed(t0, format!("{status}: {}", text.trim()));
+    }
+    let mut pieces = Vec::new();
+    let mut bytes = 0usize;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(b)) if b.is_empty() => {}
+            Ok(Some(b)) => {
+                let at = t0.elapsed().as_secs_f64() * 1e3;
+                let start = bytes / 2;
+                bytes += b.len();
+                pieces.push((at, start, bytes / 2 - start));
+            }
+            Ok(None) => break,
+            Err(e) => return Outcome::failed(t0, format!("broken body after {bytes} bytes: {e}")),
+        }
+    }
+    let latency = t0.elapsed().as_secs_f64() * 1e3;
+    let error = if bytes == 0 {
+        Some("empty body".to_string())
+    } else if !bytes.is_multiple_of(2) {
+        Some(format!("odd body length {bytes} (s16le)"))
+    } else {
+        None
+    };
+    Outcome {
+        ttfb: pieces.first().map_or(f64::NAN, |p| p.0),
+        latency,
+        audio_s: (bytes / 2) as f64 / f64::from(SAMPLE_RATE),
+        margin: underrun_margin(&pieces),
+        error,
+    }
+}
+
+/// The JSON body of request `i`.
+fn body(model: ModelId, input: &str, i: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "model": model.name(),
+        "input": input,
+        "voice": "alloy",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        "seed": i,
+    }))
+    .unwrap_or_default()
+}
+
+/// `clients` concurrent clients send `total` requests (`input(i)` for request `i`, numbered
+/// from `first`); the outcomes in request order and the wall seconds.
+async fn run_level(
+    url: &str,
+    model: ModelId,
+    clients: usize,
+    total: usize,
+    first: usize,
+    input: fn(usize) -> String,
+) -> (Vec<Outcome>, f64) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let (next, url) = (next.clone(), url.to_string());
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut out = Vec::new();
+            loop {
+                let k = next.fetch_add(1, Ordering::AcqRel);
+                if k >= total {
+                    return out;
+                }
+                let i = first + k;
+                out.push((k, request(&client, &url, body(model, &input(i), i)).await));
+            }
+        }));
+    }
+    let mut all = Vec::with_capacity(total);
+    for t in tasks {
+        match t.await {
+            Ok(out) => all.extend(out),
+            Err(e) => eprintln!("client task failed: {e}"),
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    all.sort_by_key(|o| o.0);
+    (all.into_iter().map(|o| o.1).collect(), wall)
+}
+
+/// Nearest-rank percentile `p` (0..=1) of `v`; NaN when empty.
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let k = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[k - 1]
+}
+
+/// Prints up to three errors of `out`; returns how many there were.
+fn count_errors(label: &str, out: &[Outcome]) -> usize {
+    let errors: Vec<&String> = out.iter().filter_map(|o| o.error.as_ref()).collect();
+    for e in errors.iter().take(3) {
+        eprintln!("{label}: error: {e}");
+    }
+    errors.len()
+}
+
+/// The load levels' records; the number of errors and the largest level without underrun.
+fn report_level(
+    bench: &mut Bench,
+    clients: usize,
+    out: &[Outcome],
+    wall: f64,
+    tokens: usize,
+) -> (usize, bool) {
+    let ok: Vec<&Outcome> = out.iter().filter(|o| o.error.is_none()).collect();
+    let ttfb: Vec<f64> = ok.iter().map(|o| o.ttfb).collect();
+    let lat: Vec<f64> = ok.iter().map(|o| o.latency).collect();
+    let audio: f64 = ok.iter().map(|o| o.audio_s).sum();
+    let errors = count_errors(&format!("c{clients}"), out);
+    let underruns = ok.iter().filter(|o| o.margin < 0.0).count();
+    let worst = ok.iter().map(|o| o.margin).fold(f64::INFINITY, f64::min);
+    let n = out.len();
+    let what = format!("{n} requests, {clients} clients, pcm stream, cap {tokens} tokens");
+    let p = format!("c{clients}");
+    bench.push(
+        &format!("{p}_ttfb_p50"),
+        format!("ms to first body byte, p50, {what}"),
+        percentile(&ttfb, 0.5),
+    );
+    bench.push(
+        &format!("{p}_ttfb_p95"),
+        format!("ms to first body byte, p95, {what}"),
+        percentile(&ttfb, 0.95),
+    );
+    bench.push(
+        &format!("{p}_latency_p50"),
+        format!("ms to last body byte, p50, {what}"),
+        percentile(&lat, 0.5),
+    );
+    bench.push(
+        &format!("{p}_latency_p95"),
+        format!("ms to last body byte, p95, {what}"),
+        percentile(&lat, 0.95),
+    );
+    bench.push(
+        &format!("{p}_rtf"),
+        format!("audio s delivered / wall s ({audio:.1} / {wall:.1}; > 1 keeps up), {what}"),
+        audio / wall,
+    );
+    bench.push(
+        &format!("{p}_audio_s"),
+        format!("seconds of audio per request, mean (not ms), {what}"),
+        if ok.is_empty() {
+            f64::NAN
+        } else {
+            audio / ok.len() as f64
+        },
+    );
+    bench.push(
+        &format!("{p}_errors"),
+        format!("count: non-200, broken or empty bodies (must be 0), {what}"),
+        errors as f64,
+    );
+    bench.push(
+        &format!("{p}_underruns"),
+        format!("count: requests whose playback from the first byte ran dry, {what}"),
+        underruns as f64,
+    );
+    bench.push(
+        &format!("{p}_worst_margin"),
+        format!("ms, worst playback margin over requests (< 0: underrun), {what}"),
+        if worst.is_finite() { worst } else { f64::NAN },
+    );
+    (errors, underruns == 0 && errors == 0)
+}
+
+fn parse_clients(s: &str) -> anyhow::Result<Vec<usize>> {
+    let v = s
+        .split(',')
+        .map(|x| x.trim().parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("CHATTERBOX_SERVE_CLIENTS={s:?}: {e}"))?;
+    anyhow::ensure!(
+        v.iter().all(|&n| n > 0),
+        "CHATTERBOX_SERVE_CLIENTS: zero clients"
+    );
+    Ok(v)
+}
+
+/// Polls `/ready` until it answers 200 (the model loaded and its voice prepared).
+async fn wait_ready(base: &str, server: &tokio::task::JoinHandle<()>) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let t0 = Instant::now();
+    loop {
+        anyhow::ensure!(!server.is_finished(), "the server stopped while loading");
+        if let Ok(r) = client.get(format!("{base}/ready")).send().await {
+            if r.status() == reqwest::StatusCode::OK {
+                eprintln!("ready after {:.1} s", t0.elapsed().as_secs_f64());
+                return Ok(());
+            }
+        }
+        // A failed load leaves the server up but never ready: give up after a long while.
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(1800),
+            "the server is not ready after 30 minutes (did the model load fail?)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn bench_main() -> anyhow::Result<()> {
+    let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
+    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
+        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        _ => (Device::Cpu, DType::F32, "cpu"),
+    };
+    let variant = std::env::var("CHATTERBOX_SERVE_VARIANT").unwrap_or_else(|_| "turbo".into());
+    let clients = parse_clients(
+        &std::env::var("CHATTERBOX_SERVE_CLIENTS").unwrap_or_else(|_| "1,2,4,8".into()),
+    )?;
+    let requests = env_usize("CHATTERBOX_SERVE_REQUESTS", 40).max(1);
+    let tokens = env_usize("CHATTERBOX_SERVE_TOKENS", 125).max(1);
+    let mem_requests = env_usize("CHATTERBOX_SERVE_MEMORY_REQUESTS", 1000);
+    let mem_clients = env_usize("CHATTERBOX_SERVE_MEMORY_CLIENTS", 8).max(1);
+    let mem_tokens = env_usize("CHATTERBOX_SERVE_MEMORY_TOKENS", 20).max(1);
+    let max_growth = env_f64("CHATTERBOX_SERVE_MAX_GROWTH_MB", 64.0);
+
+    let (model, exaggeration, marker) = match variant.as_str() {
+        "turbo" => (ModelId::Turbo, 0.0, "t3_turbo_v1.safetensors"),
+        "english" => (ModelId::English, 0.5, "t3_cfg.safetensors"),
+        v => anyhow::bail!("CHATTERBOX_SERVE_VARIANT={v:?}: turbo or english"),
+    };
+    let dir = checkpoint(&variant, marker)?;
+    let cap = Arc::new(AtomicUsize::new(tokens));
+    let loader = {
+        let (dev, cap) = (dev.clone(), cap.clone());
+        move || -> Result<Vec<Box<dyn SpeechModel>>, ModelError> {
+            let t0 = Instant::now();
+            let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
+            let inner = if model == ModelId::Turbo {
+                let mut tts = ChatterboxTurboTts::from_dir(&dir, false, &dev, dtype)?;
+                tts.prepare_conditionals_from_clip(&clip, exaggeration)?;
+                PipelineModel::from(tts)
+            } else {
+                let mut tts = ChatterboxTts::from_dir(&dir, &dev, dtype)?;
+                tts.prepare_conditionals_from_clip(&clip, exaggeration)?;
+                PipelineModel::from(tts)
+            };
+            eprintln!(
+                "loaded {} from {} and prepared the voice in {:.1} s",
+                model.name(),
+                dir.display(),
+                t0.elapsed().as_secs_f64()
+            );
+            Ok(vec![Box::new(Capped { inner, cap })])
+        }
+    };
+    let mut config = ServerConfig::default();
+    config.addr = ([127, 0, 0, 1], 0).into();
+    config.queue_capacity = clients
+        .iter()
+        .copied()
+        .chain([mem_clients])
+        .max()
+        .unwrap_or(8)
+        + 8;
+    // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
+    config.request_timeout = Duration::from_secs(3600);
+    let server = Server::bind(config, vec![DeviceModels::new(device, loader)]).await?;
+    let base = format!("http://{}", server.local_addr()?);
+    let url = format!("{base}/v1/audio/speech");
+    eprintln!("serving {} on {base} ({device})", model.name());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        if let Err(e) = server
+            .run(async {
+                let _ = stop_rx.await;
+            })
+            .await
+        {
+            eprintln!("server: {e}");
+        }
+    });
+    wait_ready(&base, &handle).await?;
+    let loaded = sample(&dev);
+
+    let mut bench = Bench {
+        records: Vec::new(),
+        device: device.into(),
+        threads,
+    };
+    let (warm, _) = run_level(&url, model, 1, 1, 1_000_000, sentence).await;
+    if let Some(w) = warm.first() {
+        eprintln!(
+            "warm-up: ttfb {:.1} ms, latency {:.1} ms, {:.2} s of audio{}",
+            w.ttfb,
+            w.latency,
+            w.audio_s,
+            w.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(", error: {e}"))
+        );
+    }
+
+    let mut errors = 0;
+    let mut best = 0;
+    for &n in &clients {
+        let (out, wall) = run_level(&url, model, n, requests, 0, sentence).await;
+        let o = &out;
+        eprintln!(
+            "c{n}: {} requests in {wall:.1} s, ttfb p50 {:.0} ms, latency p50 {:.0} ms, \
+             {:.1} s of audio",
+            o.len(),
+            percentile(&o.iter().map(|x| x.ttfb).collect::<Vec<_>>(), 0.5),
+            percentile(&o.iter().map(|x| x.latency).collect::<Vec<_>>(), 0.5),
+            o.iter().map(|x| x.audio_s).sum::<f64>()
+        );
+        let (e, clean) = report_level(&mut bench, n, &out, wall, tokens);
+        errors += e;
+        if clean {
+            best = best.max(n);
+        }
+    }
+    bench.push(
+        "max_clients_without_underrun",
+        format!(
+            "count: largest concurrency of {clients:?} with no underrun and no error \
+             ({requests} requests, cap {tokens} tokens)"
+        ),
+        best as f64,
+    );
+
+    // Memory: many short requests.
+    cap.store(mem_tokens, Ordering::Release);
+    let short = |i: usize| SHORT[i % SHORT.len()].to_string();
+    let (warm, _) = run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
+    let warm_errors = count_errors("memory warm-up", &warm);
+    let before = sample(&dev);
+    eprintln!(
+        "memory: loaded RSS {:.0} MB{}; before RSS {:.0} MB{}",
+        loaded.rss,
+        fmt_gpu(loaded.gpu),
+        before.rss,
+        fmt_gpu(before.gpu)
+    );
+    let (out, wall) = run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
+    let after = sample(&dev);
+    let mem_errors = warm_errors + count_errors("memory", &out);
+    errors += mem_errors;
+    let what = format!(
+        "{mem_requests} requests, {mem_clients} clients, cap {mem_tokens} tokens, MB (10^6 bytes)"
+    );
+    bench.push(
+        "mem_rss_loaded_mb",
+        format!("RSS once ready, {what}"),
+        loaded.rss,
+    );
+    bench.push(
+        "mem_rss_before_mb",
+        format!("RSS after the load levels and a warm-up round, {what}"),
+        before.rss,
+    );
+    bench.push(
+        "mem_rss_after_mb",
+        format!("RSS after the requests, {what}"),
+        after.rss,
+    );
+    let growth = after.rss - before.rss;
+    bench.push(
+        "mem_rss_growth_mb",
+        format!("RSS after - before, {what}"),
+        growth,
+    );
+    if let (Some(l), Some(b), Some(a)) = (loaded.gpu, before.gpu, after.gpu) {
+        let what = format!("device used memory (total - free), {what}");
+        bench.push("mem_gpu_used_loaded_mb", format!("once ready, {what}"), l);
+        bench.push("mem_gpu_used_before_mb", format!("before, {what}"), b);
+        bench.push("mem_gpu_used_after_mb", format!("after, {what}"), a);
+        bench.push(
+            "mem_gpu_used_growth_mb",
+            format!("after - before, {what}"),
+            a - b,
+        );
+    }
+    bench.push(
+        "mem_errors",
+        format!("count: non-200, broken or empty bodies (must be 0), {what}"),
+        mem_errors as f64,
+    );
+    bench.push(
+        "mem_wall_s",
+        format!("seconds (not ms) for the requests, {what}"),
+        wall,
+    );
+
+    let _ = stop_tx.send(());
+    if tokio::time::timeout(Duration::from_secs(60), handle)
+        .await
+        .is_err()
+    {
+        eprintln!("the server did not stop within 60 s");
+    }
+    chatterbox_testkit::emit_records(&bench.records)?;
+    anyhow::ensure!(errors == 0, "{errors} requests failed");
+    anyhow::ensure!(
+        growth <= max_growth,
+        "RSS grew by {growth:.1} MB over {mem_requests} requests \
+         (> CHATTERBOX_SERVE_MAX_GROWTH_MB = {max_growth})"
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?
+        .block_on(bench_main())
+}
