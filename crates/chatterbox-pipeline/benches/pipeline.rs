@@ -16,24 +16,8 @@ use chatterbox_dsp::features::{S3GenMel, S3GenMelConfig};
 use chatterbox_pipeline::{ChatterboxTts, S3GenOptions, SeededDraws, S3GEN_SR, S3_SR};
 use chatterbox_speaker::EmbedOptions;
 use chatterbox_t3::Sampling;
-use chatterbox_testkit::{BenchRecord, Timing};
+use chatterbox_testkit::{speech_like, BenchRecord, Timing};
 use std::time::Instant;
-
-/// A deterministic speech-like clip (gliding harmonics under a moving envelope).
-fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
-    let n = (f64::from(sr) * seconds) as usize;
-    let mut phase = 0.0f64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(sr);
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
-            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
-            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
-            (0.2 * env * y) as f32
-        })
-        .collect()
-}
 
 struct Bench {
     records: Vec<BenchRecord>,

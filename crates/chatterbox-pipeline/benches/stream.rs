@@ -39,7 +39,7 @@ use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, Conditionals, GenerateOptions, S3Gen, S3GenOptions,
     SeededDraws, SpeechStream, StreamSchedule, StreamingSynth, VoiceClip, S3GEN_SR, S3_SR,
 };
-use chatterbox_testkit::{BenchRecord, Timing};
+use chatterbox_testkit::{speech_like, BenchRecord, Timing};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -48,22 +48,6 @@ use std::time::Instant;
 const TEXT: &str = "The quick brown fox jumps over the lazy dog near the old river bank. \
                     Then it runs far away into the green forest, where nobody can find it. \
                     At night it sleeps under a tall oak tree, safe and warm.";
-
-/// A deterministic speech-like clip (gliding harmonics under a moving envelope).
-fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
-    let n = (f64::from(sr) * seconds) as usize;
-    let mut phase = 0.0f64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(sr);
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
-            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
-            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
-            (0.2 * env * y) as f32
-        })
-        .collect()
-}
 
 /// `n` speech tokens below 6561, pseudo-random and fixed (a 64-bit LCG).
 fn synth_tokens(n: usize) -> Vec<u32> {

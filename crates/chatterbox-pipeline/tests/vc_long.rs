@@ -6,26 +6,10 @@ use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxVc, Draws, PipelineError, S3Gen, S3GenOptions, SeededDraws,
     VcOptions, S3GEN_SR, S3_SR,
 };
-use chatterbox_testkit::fixtures_root;
+use chatterbox_testkit::{fixtures_root, speech_like};
 use chatterbox_vocoder::SineDraws;
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// A deterministic speech-like clip (gliding harmonics under a moving envelope).
-fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
-    let n = (f64::from(sr) * seconds) as usize;
-    let mut phase = 0.0f64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(sr);
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
-            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
-            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
-            (0.2 * env * y) as f32
-        })
-        .collect()
-}
 
 fn fixture(case: &str) -> HashMap<String, Tensor> {
     let path = fixtures_root()

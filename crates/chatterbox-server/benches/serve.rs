@@ -55,29 +55,13 @@ use chatterbox_server::{
     ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig, SpeechModel,
     SAMPLE_RATE,
 };
-use chatterbox_testkit::{BenchRecord, Timing};
+use chatterbox_testkit::{speech_like, BenchRecord, Timing};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MB: f64 = 1e6;
-
-/// A deterministic speech-like clip (gliding harmonics under a moving envelope).
-fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
-    let n = (f64::from(sr) * seconds) as usize;
-    let mut phase = 0.0f64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(sr);
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
-            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
-            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
-            (0.2 * env * y) as f32
-        })
-        .collect()
-}
 
 /// Sentence templates (`{p}` a person, `{c}` a place, `{t}` a thing, `{n}` a number): one
 /// text chunk each, 50 to 80 characters.

@@ -9,6 +9,7 @@ mod bench;
 mod compare;
 mod error;
 mod fixture;
+mod signal;
 mod suite;
 
 pub use array::{Actual, Array};
@@ -16,4 +17,5 @@ pub use bench::{black_box, emit_records, time_it, BenchRecord, Timing};
 pub use compare::{compare, Check, Tolerance};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
+pub use signal::speech_like;
 pub use suite::{Row, Status, Suite};

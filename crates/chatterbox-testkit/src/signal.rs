@@ -1,0 +1,34 @@
+//! Deterministic test signals shared by the benches and the long-input tests (no counterpart
+//! in the reference; `parity/bench/*.py` builds the same clip in numpy).
+
+/// A speech-like clip: a glottal-like tone gliding around 120 Hz (20 harmonics falling as
+/// 1/h) under a 4 Hz syllable envelope, `seconds` long at `sr`. The benches prepare their
+/// voice from it (`parity/bench/pipeline.py`'s `speech_like` is the same clip).
+pub fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
+    let n = (f64::from(sr) * seconds) as usize;
+    let mut phase = 0.0f64;
+    (0..n)
+        .map(|i| {
+            let t = i as f64 / f64::from(sr);
+            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
+            phase += 2.0 * std::f64::consts::PI * f0 / f64::from(sr);
+            let env = 0.5 + 0.5 * (2.0 * std::f64::consts::PI * 4.0 * t).sin();
+            let y: f64 = (1..=20).map(|h| (phase * h as f64).sin() / h as f64).sum();
+            (0.2 * env * y) as f32
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speech_like_has_its_length_and_level() {
+        let x = speech_like(16_000, 0.5);
+        assert_eq!(x.len(), 8_000);
+        let peak = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(peak > 0.1 && peak < 1.0, "peak {peak}");
+        assert_eq!(x, speech_like(16_000, 0.5), "deterministic");
+    }
+}
