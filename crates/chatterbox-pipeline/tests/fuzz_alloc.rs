@@ -10,72 +10,15 @@ mod fuzz_support;
 
 use candle_core::{DType, Device};
 use chatterbox_pipeline::{ChatterboxTts, ChatterboxTurboTts, Conditionals};
+use chatterbox_testkit::{peak, CountingAlloc};
 use fuzz_support::{checkpoint_dir, fixture_config, hostile_conds, hostile_safetensors, temp_dir};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
-/// Counts live heap bytes and their peak. A single request above [`REFUSED`] fails (and the
-/// process aborts, "memory allocation of N bytes failed") instead of reaching the system: the
-/// hostile inputs asked for terabytes before they were checked.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-const REFUSED: usize = 1 << 32;
-
-fn counted(p: *mut u8, size: usize) -> *mut u8 {
-    if !p.is_null() {
-        PEAK.fetch_max(LIVE.fetch_add(size, Relaxed) + size, Relaxed);
-    }
-    p
-}
-
-// SAFETY: forwards to `System`, only counting; a refused request returns null as `alloc` may.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if l.size() > REFUSED {
-            return std::ptr::null_mut();
-        }
-        counted(unsafe { System.alloc(l) }, l.size())
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        if l.size() > REFUSED {
-            return std::ptr::null_mut();
-        }
-        counted(unsafe { System.alloc_zeroed(l) }, l.size())
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        if new > REFUSED {
-            return std::ptr::null_mut();
-        }
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            LIVE.fetch_sub(l.size(), Relaxed);
-            counted(q, new);
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Peak heap bytes `f` adds over what was live when it started (run once before, unmeasured).
-fn peak<R>(mut f: impl FnMut() -> R) -> usize {
-    drop(f());
-    let base = LIVE.load(Relaxed);
-    PEAK.store(base, Relaxed);
-    drop(f());
-    PEAK.load(Relaxed).saturating_sub(base)
-}
 
 /// Heap bytes allowed whatever the input: twice the largest peak measured here, 17.8 MB
 /// (the largest `pre_attention_query_token` accepted, 2^20; loading the tiny english

@@ -4,6 +4,7 @@
 //! Not a part of the inference API: the model crates use it only as a dev-dependency, and
 //! `cargo xtask` reads the rows it writes. The fixture format is documented in `docs/parity.md`.
 
+mod alloc;
 mod array;
 mod bench;
 mod compare;
@@ -12,6 +13,7 @@ mod fixture;
 mod signal;
 mod suite;
 
+pub use alloc::{peak, CountingAlloc, REFUSED};
 pub use array::{Actual, Array};
 pub use bench::{black_box, emit_records, time_it, BenchRecord, Timing};
 pub use compare::{compare, Check, Tolerance};
