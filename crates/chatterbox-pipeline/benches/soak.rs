@@ -8,7 +8,7 @@
 //! speech-like clip of `pipeline.rs`, prepared before anything is measured.
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 with bf16 T3 and flow.
 //!
-//! Memory: the process's resident set (`VmRSS` of `/proc/self/status`) and, on CUDA, the
+//! Memory: the process's resident set (`chatterbox_pipeline::resident_memory_bytes`) and, on CUDA, the
 //! device's used memory (total - free as the driver reports it, so memory kept in the driver's
 //! pool and other processes' memory count too), both in MB (10^6 bytes).
 //!
@@ -201,34 +201,14 @@ const CHARS_PER_S: f64 = 14.0;
 /// S3 speech tokens per second of audio.
 const TOKENS_PER_S: f64 = 25.0;
 
-/// The process's resident set (`VmRSS`), MB.
+/// The process's resident set, MB (NaN where the platform does not tell).
 fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb * 1024.0 / MB)
+    chatterbox_pipeline::resident_memory_bytes().map_or(f64::NAN, |b| b as f64 / MB)
 }
 
 /// The device's used memory (total - free), MB; `None` on the CPU.
-#[cfg(feature = "cuda")]
 fn gpu_used_mb(dev: &Device) -> Option<f64> {
-    match dev {
-        Device::Cuda(d) => {
-            let (free, total) = d.cuda_stream().context().mem_get_info().ok()?;
-            Some(total.saturating_sub(free) as f64 / MB)
-        }
-        _ => None,
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn gpu_used_mb(_dev: &Device) -> Option<f64> {
-    None
+    chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes as f64 / MB)
 }
 
 /// One memory sample, after the device has finished its queued work.

@@ -8,6 +8,7 @@ mod draws;
 mod error;
 #[cfg(feature = "hub")]
 mod hub;
+mod memory;
 mod options;
 mod progress;
 mod s3gen;
@@ -23,6 +24,7 @@ pub use conditionals::Conditionals;
 pub use config::{ChatterboxConfig, S3GenConfig, CONFIG_FILE};
 pub use draws::{Draws, SeededDraws};
 pub use error::{PipelineError, Result};
+pub use memory::{device_memory, resident_memory_bytes, DeviceMemory};
 pub use options::{GenerateOptions, CROSSFADE_MS};
 pub use progress::Progress;
 pub use s3gen::{

@@ -39,7 +39,7 @@
 //! Memory phase: `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
 //! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000) short requests; memory is sampled after a
 //! warm-up round of one request per client and after the last request: the process's resident
-//! set (`VmRSS`) and, on CUDA, the device's used memory (total - free as the driver reports
+//! set (`chatterbox_pipeline::resident_memory_bytes`) and, on CUDA, the device's used memory (total - free as the driver reports
 //! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
 //! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`.
 //!
@@ -173,34 +173,14 @@ impl SpeechModel for Capped {
     }
 }
 
-/// The process's resident set (`VmRSS`), MB.
+/// The process's resident set, MB (NaN where the platform does not tell).
 fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb * 1024.0 / MB)
+    chatterbox_pipeline::resident_memory_bytes().map_or(f64::NAN, |b| b as f64 / MB)
 }
 
 /// The device's used memory (total - free), MB; `None` on the CPU.
-#[cfg(feature = "cuda")]
 fn gpu_used_mb(dev: &Device) -> Option<f64> {
-    match dev {
-        Device::Cuda(d) => {
-            let (free, total) = d.cuda_stream().context().mem_get_info().ok()?;
-            Some(total.saturating_sub(free) as f64 / MB)
-        }
-        _ => None,
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn gpu_used_mb(_dev: &Device) -> Option<f64> {
-    None
+    chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes as f64 / MB)
 }
 
 /// One memory sample.
