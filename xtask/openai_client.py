@@ -1,11 +1,12 @@
 """The official `openai` Python client against `chatterbox serve` (run by `cargo xtask
 openai-client`, which starts the server on a tiny test checkpoint and passes its URL and key).
 
-Checks: whole files (wav, flac, pcm) decode and have a plausible length; `with_streaming_response`
-delivers a chunked WAV stream and raw PCM; SSE events carry base64 audio and end with
+Checks: whole files (wav, flac, pcm) decode and have a plausible length; a request without
+`response_format` gets MP3 (OpenAI's default: MPEG frame headers walked); `with_streaming_response`
+delivers a chunked WAV stream, raw PCM and Ogg Opus (pages walked, exact end granule); SSE events carry base64 audio and end with
 `speech.audio.done`; a voice uploaded to the library is used by name and deleted; the client
 raises the right exceptions (unknown voice or model: NotFoundError; a format the server does not
-encode, a bad speed: BadRequestError; a wrong key: AuthenticationError); `models.list()`.
+encode (aac), a bad speed: BadRequestError; a wrong key: AuthenticationError); `models.list()`.
 """
 
 import argparse
@@ -74,6 +75,56 @@ def streamed_wav_pcm(data):
             return data[pos + 8 :]
         pos += 8 + size + (size & 1)
     raise AssertionError("no data chunk")
+
+
+def mp3_samples(data):
+    """Walks MPEG-2 layer III frame headers (24 kHz mono, as the server writes them): samples."""
+    pos, frames = 0, 0
+    if data[:3] == b"ID3":
+        size = data[6] << 21 | data[7] << 14 | data[8] << 7 | data[9]
+        pos = 10 + size
+    kbps = [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160]
+    while pos + 4 <= len(data):
+        h = int.from_bytes(data[pos : pos + 4], "big")
+        expect(h >> 21 == 0x7FF, f"no frame sync at byte {pos}")
+        version, layer = (h >> 19) & 3, (h >> 17) & 3
+        expect((version, layer) == (2, 1), f"not MPEG-2 layer III at byte {pos}")
+        rate = [22050, 24000, 16000][(h >> 10) & 3]
+        expect(rate == SAMPLE_RATE, f"{rate} Hz")
+        length = 72_000 * kbps[(h >> 12) & 15] // rate + ((h >> 9) & 1)
+        expect(length > 4, f"bad frame length at byte {pos}")
+        pos += length
+        frames += 1
+    expect(pos == len(data) and frames > 0, f"{len(data) - pos} trailing bytes, {frames} frames")
+    return frames * 576
+
+
+def ogg_opus_samples(data):
+    """Walks Ogg pages (RFC 3533) of an Opus stream (RFC 7845): 24 kHz samples to play."""
+    pos, packets, granule, pre_skip, last = 0, [], 0, None, False
+    partial = b""
+    while pos < len(data):
+        expect(data[pos : pos + 4] == b"OggS", f"no page at byte {pos}")
+        flags, granule_pos = data[pos + 5], struct.unpack("<q", data[pos + 6 : pos + 14])[0]
+        n = data[pos + 26]
+        lacing = data[pos + 27 : pos + 27 + n]
+        body = pos + 27 + n
+        for size in lacing:
+            partial += data[body : body + size]
+            body += size
+            if size < 255:
+                packets.append(partial)
+                partial = b""
+        if granule_pos >= 0:
+            granule = granule_pos
+        last = bool(flags & 4)
+        pos = body
+    expect(last, "no end-of-stream page")
+    expect(packets[0][:8] == b"OpusHead" and packets[1][:8] == b"OpusTags", "no Opus headers")
+    channels, pre_skip = packets[0][9], struct.unpack("<H", packets[0][10:12])[0]
+    expect(channels == 1, f"{channels} channels")
+    expect(len(packets) > 2, "no audio packets")
+    return (granule - pre_skip) // 2
 
 
 def plausible(n_samples):
@@ -169,6 +220,19 @@ def main():
         n, pcm = wav_samples(r.content)
         nonsilent(pcm)
         return plausible(n)
+
+    def default_format_is_mp3():
+        r = client.audio.speech.create(model="tts-1", voice="alloy", input=text)
+        expect(r.response.headers["content-type"] == "audio/mpeg", r.response.headers["content-type"])
+        return plausible(mp3_samples(r.content))
+
+    def streaming_opus():
+        with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=text, response_format="opus", **stream_args("audio")
+        ) as r:
+            expect(r.http_response.headers.get("content-type") == "audio/ogg", r.http_response.headers)
+            chunks = list(r.iter_bytes())
+        return f"{len(chunks)} chunks, " + plausible(ogg_opus_samples(b"".join(chunks)))
 
     def whole_flac_with_extensions():
         r = client.audio.speech.create(
@@ -286,17 +350,18 @@ def main():
         return ", ".join(ids)
 
     check("speech.create wav", whole_wav)
+    check("speech.create without response_format: mp3", default_format_is_mp3)
     check("speech.create flac + Chatterbox fields in extra_body", whole_flac_with_extensions)
     check("speech.create pcm (tts-1-hd)", whole_pcm)
     check("same seed, same audio", same_seed_same_audio)
     check("with_streaming_response wav stream", streaming_wav)
     check("with_streaming_response pcm stream", streaming_pcm_to_file)
     check("with_streaming_response sse events", sse_events)
+    check("with_streaming_response ogg opus stream", streaming_opus)
     check("library voice: upload, speak, list, delete", library_voice)
     check("unknown voice -> NotFoundError", raises(openai.NotFoundError, voice="nobody"))
     check("unknown model -> NotFoundError", raises(openai.NotFoundError, model="whisper-1"))
     check("aac -> BadRequestError", raises(openai.BadRequestError, response_format="aac"))
-    check("opus -> BadRequestError", raises(openai.BadRequestError, response_format="opus"))
     check("speed 2.0 -> BadRequestError", raises(openai.BadRequestError, speed=2.0))
     check("wrong key -> AuthenticationError", wrong_key)
     check("models.list", models)

@@ -217,7 +217,8 @@ fn worker(
 ) -> DeviceModels {
     let label = device::describe(&dev);
     let name = label.clone();
-    DeviceModels::new(label, move || {
+    let probed = dev.clone();
+    let models = DeviceModels::new(label, move || {
         let mut models = Vec::with_capacity(plan.len());
         for p in &plan {
             let t0 = Instant::now();
@@ -251,7 +252,12 @@ fn worker(
             }
         }
         Ok(models)
-    })
+    });
+    if probed.is_cuda() {
+        models.with_memory_probe(move || chatterbox_pipeline::device_memory(&probed))
+    } else {
+        models
+    }
 }
 
 /// Runs `chatterbox serve`.

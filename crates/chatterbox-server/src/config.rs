@@ -35,6 +35,11 @@ pub struct ServerConfig {
     /// Longest a speech request may take from arrival to its last byte (queue included);
     /// the generation stops then. Default 300 s.
     pub request_timeout: Duration,
+    /// Longest wait for a request's head (from its first byte, or for the next request on a
+    /// kept-alive connection); the connection is closed then. Default 30 s.
+    pub header_timeout: Duration,
+    /// Longest pause while a request body arrives; the request gets 408 then. Default 30 s.
+    pub body_timeout: Duration,
     /// Largest JSON body. Default 64 KiB.
     pub max_json_bytes: usize,
     /// Largest voice upload (multipart body). Default 20 MiB.
@@ -61,6 +66,8 @@ impl Default for ServerConfig {
             voices_dir: None,
             queue_capacity: 16,
             request_timeout: Duration::from_secs(300),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
             max_json_bytes: 64 * 1024,
             max_upload_bytes: 20 * 1024 * 1024,
             max_new_tokens: None,

@@ -1,5 +1,5 @@
 //! Audio encoders that work as the audio arrives: each turns chunks of 24 kHz samples into the
-//! bytes of one file (WAV, raw PCM, FLAC). A streamed WAV has the unknown-length sizes
+//! bytes of one file (WAV, raw PCM, FLAC, Ogg Opus, and MP3 with the `mp3` feature). A streamed WAV has the unknown-length sizes
 //! (`0xFFFFFFFF`); a whole file gets its exact sizes.
 use crate::flac::FlacEncoder;
 use crate::format::AudioFormat;
@@ -56,7 +56,11 @@ pub fn encoder(
         AudioFormat::Mp3 => Ok((Box::new(crate::mp3::Mp3Encoder::new()?), Vec::new())),
         #[cfg(not(feature = "mp3"))]
         AudioFormat::Mp3 => Err(unsupported()),
-        AudioFormat::Opus | AudioFormat::Aac => Err(unsupported()),
+        AudioFormat::Opus => {
+            let (enc, header) = crate::opus::OpusEncoder::new()?;
+            Ok((Box::new(enc), header))
+        }
+        AudioFormat::Aac => Err(unsupported()),
     }
 }
 
@@ -141,10 +145,9 @@ mod tests {
 
     #[test]
     fn unsupported_formats_are_errors() {
-        for f in [AudioFormat::Aac, AudioFormat::Opus] {
-            assert!(encoder(f, None).is_err());
-            assert!(!f.is_supported());
-        }
+        assert!(encoder(AudioFormat::Aac, None).is_err());
+        assert!(!AudioFormat::Aac.is_supported());
+        assert!(encoder(AudioFormat::Opus, None).is_ok());
         assert_eq!(
             encoder(AudioFormat::Mp3, None).is_ok(),
             cfg!(feature = "mp3")

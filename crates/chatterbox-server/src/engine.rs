@@ -5,6 +5,7 @@ use crate::error::{ApiError, ServerError};
 use crate::job::{Job, Slot, Work};
 use crate::model::{ModelError, ModelId, SpeechModel};
 use crate::worker;
+use chatterbox_pipeline::DeviceMemory;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,10 +15,14 @@ use std::thread::JoinHandle;
 /// Loads a device's models, on that device's worker thread.
 pub type Loader = Box<dyn FnOnce() -> Result<Vec<Box<dyn SpeechModel>>, ModelError> + Send>;
 
+/// Reads a device's memory for `/metrics` (see [`chatterbox_pipeline::device_memory`]).
+pub type MemoryProbe = Arc<dyn Fn() -> Option<DeviceMemory> + Send + Sync>;
+
 /// The models of one device (a GPU, or the CPU): a worker thread owns them.
 pub struct DeviceModels {
     label: String,
     loader: Loader,
+    memory: Option<MemoryProbe>,
 }
 
 impl DeviceModels {
@@ -30,7 +35,18 @@ impl DeviceModels {
         Self {
             label: label.into(),
             loader: Box::new(loader),
+            memory: None,
         }
+    }
+
+    /// Reports the device's memory in `/metrics` (`chatterbox_device_memory_*_bytes`), read
+    /// by `probe` at each scrape; e.g. `move || chatterbox_pipeline::device_memory(&device)`.
+    pub fn with_memory_probe(
+        mut self,
+        probe: impl Fn() -> Option<DeviceMemory> + Send + Sync + 'static,
+    ) -> Self {
+        self.memory = Some(Arc::new(probe));
+        self
     }
 
     /// Models already loaded.
@@ -73,12 +89,23 @@ pub(crate) struct Shared {
 }
 
 /// The device workers and their queues.
-#[derive(Debug)]
 pub struct Engine {
     shared: Arc<Shared>,
     workers: usize,
     capacity: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The devices that report their memory, by label.
+    probes: Vec<(String, MemoryProbe)>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("workers", &self.workers)
+            .field("capacity", &self.capacity)
+            .field("probes", &self.probes.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -109,6 +136,10 @@ impl Engine {
             stopping: AtomicBool::new(false),
         });
         let workers = devices.len();
+        let probes = devices
+            .iter()
+            .filter_map(|d| Some((d.label.clone(), d.memory.clone()?)))
+            .collect();
         let mut threads = Vec::with_capacity(workers);
         for (i, d) in devices.into_iter().enumerate() {
             let shared = shared.clone();
@@ -124,6 +155,7 @@ impl Engine {
             workers,
             capacity,
             threads: Mutex::new(threads),
+            probes,
         })
     }
 
@@ -154,6 +186,14 @@ impl Engine {
     /// Jobs being worked on.
     pub fn running(&self) -> usize {
         self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// The memory of each device that reports it, by label.
+    pub fn device_memory(&self) -> Vec<(String, DeviceMemory)> {
+        self.probes
+            .iter()
+            .filter_map(|(label, probe)| Some((label.clone(), probe()?)))
+            .collect()
     }
 
     /// Queues `work` for a worker holding `model`: 429 when the model's admission count is

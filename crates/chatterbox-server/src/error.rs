@@ -114,6 +114,17 @@ impl ApiError {
         e
     }
 
+    /// 408: the request body stopped arriving for longer than the body timeout.
+    pub fn body_timeout() -> Self {
+        let mut e = Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "the request body arrived too slowly (the server's body timeout passed)",
+        );
+        e.code = Some("request_timeout");
+        e
+    }
+
     /// 500: the model failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)

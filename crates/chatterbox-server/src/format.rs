@@ -7,7 +7,7 @@ use crate::error::ApiError;
 pub enum AudioFormat {
     /// MPEG layer III (OpenAI's default; encoded with the `mp3` feature).
     Mp3,
-    /// Opus in Ogg (not encoded by this build).
+    /// Opus in Ogg.
     Opus,
     /// AAC (not encoded by this build).
     Aac,
@@ -69,9 +69,9 @@ impl AudioFormat {
     /// Whether this build encodes the format.
     pub fn is_supported(self) -> bool {
         match self {
-            Self::Flac | Self::Wav | Self::Pcm => true,
+            Self::Flac | Self::Wav | Self::Pcm | Self::Opus => true,
             Self::Mp3 => cfg!(feature = "mp3"),
-            Self::Opus | Self::Aac => false,
+            Self::Aac => false,
         }
     }
 

@@ -3,6 +3,7 @@
 use crate::app::App;
 use crate::config::OPENAI_MODELS;
 use crate::error::ApiError;
+use crate::metrics::Gauges;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -54,8 +55,12 @@ pub(crate) async fn models(State(app): State<Arc<App>>) -> Json<serde_json::Valu
 
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let text = app
-        .metrics
-        .render(app.engine.queue_depth(), app.engine.running());
+    let gauges = Gauges {
+        queue_depth: app.engine.queue_depth(),
+        running: app.engine.running(),
+        resident_bytes: chatterbox_pipeline::resident_memory_bytes(),
+        devices: app.engine.device_memory(),
+    };
+    let text = app.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -10,10 +10,12 @@ mod flac;
 mod format;
 mod info;
 mod job;
+mod listen;
 mod metrics;
 mod model;
 #[cfg(feature = "mp3")]
 mod mp3;
+mod opus;
 mod pipeline_model;
 mod request;
 mod server;
@@ -25,7 +27,7 @@ mod worker;
 
 pub use config::{ServerConfig, MAX_INPUT_CHARS, OPENAI_MODELS, OPENAI_VOICES};
 pub use encoder::{encode_file, encoder, EncodeError, Encoder};
-pub use engine::{DeviceModels, Loader};
+pub use engine::{DeviceModels, Loader, MemoryProbe};
 pub use error::{ApiError, ServerError};
 pub use format::{AudioFormat, StreamFormat};
 pub use model::{ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechModel, SAMPLE_RATE};

@@ -1,6 +1,6 @@
 //! Prometheus metrics in the text exposition format: requests by status, speech latency and
 //! time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
-//! factor), queue depth and jobs running.
+//! factor), queue depth, jobs running, the process's resident memory and each GPU's memory.
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Mutex, PoisonError};
@@ -49,6 +49,19 @@ struct Inner {
     generation_secs: f64,
 }
 
+/// What `/metrics` reads at each scrape.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    /// Requests waiting for a worker.
+    pub queue_depth: usize,
+    /// Requests being generated.
+    pub running: usize,
+    /// The process's resident set, when the platform tells.
+    pub resident_bytes: Option<u64>,
+    /// Used and total memory of the devices that report it, by label.
+    pub devices: Vec<(String, chatterbox_pipeline::DeviceMemory)>,
+}
+
 /// The server's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -80,8 +93,8 @@ impl Metrics {
         });
     }
 
-    /// The text exposition, with the engine's gauges.
-    pub fn render(&self, queue_depth: usize, running: usize) -> String {
+    /// The text exposition, with the gauges read now.
+    pub(crate) fn render(&self, g: &Gauges) -> String {
         let mut out = String::new();
         self.with(|m| {
             let _ = writeln!(
@@ -117,12 +130,46 @@ impl Metrics {
         let _ = writeln!(
             out,
             "# HELP chatterbox_queue_depth Requests waiting for a worker.\n\
-             # TYPE chatterbox_queue_depth gauge\nchatterbox_queue_depth {queue_depth}\n\
+             # TYPE chatterbox_queue_depth gauge\nchatterbox_queue_depth {}\n\
              # HELP chatterbox_jobs_running Requests being generated.\n\
-             # TYPE chatterbox_jobs_running gauge\nchatterbox_jobs_running {running}"
+             # TYPE chatterbox_jobs_running gauge\nchatterbox_jobs_running {}",
+            g.queue_depth, g.running
         );
+        if let Some(rss) = g.resident_bytes {
+            let _ = writeln!(
+                out,
+                "# HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+                 # TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}"
+            );
+        }
+        if !g.devices.is_empty() {
+            for (name, help, pick) in [
+                (
+                    "chatterbox_device_memory_used_bytes",
+                    "Memory in use on the device, by every process (total - free).",
+                    (|m: &chatterbox_pipeline::DeviceMemory| m.used_bytes) as fn(&_) -> u64,
+                ),
+                (
+                    "chatterbox_device_memory_total_bytes",
+                    "The device's memory.",
+                    |m: &chatterbox_pipeline::DeviceMemory| m.total_bytes,
+                ),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+                for (label, m) in &g.devices {
+                    let _ = writeln!(out, "{name}{{device=\"{}\"}} {}", escape(label), pick(m));
+                }
+            }
+        }
         out
     }
+}
+
+/// A label value with the exposition format's escapes.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -137,12 +184,28 @@ mod tests {
         m.request(429);
         m.first_audio(Duration::from_millis(30));
         m.speech_done(Duration::from_secs(2), 1.5);
-        let t = m.render(3, 1);
+        let t = m.render(&Gauges {
+            queue_depth: 3,
+            running: 1,
+            resident_bytes: Some(123_456),
+            devices: vec![(
+                "cuda:0".into(),
+                chatterbox_pipeline::DeviceMemory {
+                    used_bytes: 5,
+                    total_bytes: 80,
+                },
+            )],
+        });
         assert!(t.contains("chatterbox_requests_total{status=\"200\"} 2"));
         assert!(t.contains("chatterbox_requests_total{status=\"429\"} 1"));
         assert!(t.contains("chatterbox_speech_time_to_first_audio_seconds_bucket{le=\"0.05\"} 1"));
         assert!(t.contains("chatterbox_speech_time_to_first_audio_seconds_bucket{le=\"0.025\"} 0"));
         assert!(t.contains("chatterbox_queue_depth 3"));
         assert!(t.contains("chatterbox_audio_seconds_total 1.5"));
+        assert!(t.contains("chatterbox_jobs_running 1\n"));
+        assert!(t.contains("process_resident_memory_bytes 123456\n"));
+        assert!(t.contains("chatterbox_device_memory_used_bytes{device=\"cuda:0\"} 5\n"));
+        assert!(t.contains("chatterbox_device_memory_total_bytes{device=\"cuda:0\"} 80\n"));
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -1,10 +1,11 @@
-//! The server: the router (routes, body limits, auth, metrics, tracing), [`Server::bind`] to
+//! The server: the router (routes, body limits and timeouts, auth, metrics, tracing), [`Server::bind`] to
 //! listen and start the device workers, [`Server::run`] to serve until the shutdown signal
 //! (then in-flight requests finish and new ones get 503), and [`serve`] doing both.
 use crate::app::App;
 use crate::config::ServerConfig;
 use crate::engine::{DeviceModels, Engine};
 use crate::error::{ApiError, ServerError};
+use crate::listen::{self, Timeouts};
 use crate::voices::VoiceLibrary;
 use crate::{auth, info, speech, voices_api};
 use axum::extract::DefaultBodyLimit;
@@ -14,7 +15,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
+
+/// How long past the request timeout the shutdown waits for open connections.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// A bound server with its workers started.
 #[derive(Debug)]
@@ -65,15 +71,17 @@ impl Server {
             tracing::info!("shutting down: finishing in-flight requests");
             app.draining.store(true, Ordering::Release);
         };
-        let result = axum::serve(self.listener, router(self.app.clone()))
-            .with_graceful_shutdown(drain)
-            .await
-            .map_err(ServerError::Io);
+        let timeouts = Timeouts {
+            header: self.app.config.header_timeout,
+            // in-flight speech ends by its own deadline; a little more for the last bytes
+            drain: self.app.config.request_timeout + DRAIN_GRACE,
+        };
+        listen::serve(self.listener, router(self.app.clone()), timeouts, drain).await;
         self.app.draining.store(true, Ordering::Release);
         let app = self.app.clone();
         let _ = tokio::task::spawn_blocking(move || app.engine.join()).await;
         tracing::info!("server stopped");
-        result
+        Ok(())
     }
 }
 
@@ -143,6 +151,7 @@ fn router(app: Arc<App>) -> Router {
             app.clone(),
             auth::count,
         ))
+        .layer(RequestBodyTimeoutLayer::new(app.config.body_timeout))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }

@@ -34,8 +34,21 @@ pub(crate) async fn speech(
     }
 }
 
-/// The API error of a body that could not be read (413 past the limit).
-pub(crate) fn body_error(status: StatusCode, text: String, limit: usize) -> ApiError {
+/// The API error of a body that could not be read: 413 past the limit, 408 when the client
+/// paused longer than the body timeout, 400 otherwise.
+pub(crate) fn body_error(
+    status: StatusCode,
+    text: String,
+    error: &(dyn std::error::Error + 'static),
+    limit: usize,
+) -> ApiError {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::body_timeout();
+        }
+        source = e.source();
+    }
     if status == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::too_large(limit)
     } else {
@@ -63,7 +76,7 @@ impl Events {
 async fn handle(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     let body =
-        body.map_err(|e| body_error(e.status(), e.body_text(), app.config.max_json_bytes))?;
+        body.map_err(|e| body_error(e.status(), e.body_text(), &e, app.config.max_json_bytes))?;
     let req = SpeechRequest::from_json(&body, MAX_INPUT_CHARS)?;
     let model = app.resolve_model(&req.model)?;
     let voice = app.resolve_voice(req.voice.as_deref(), model)?;

@@ -89,27 +89,27 @@ async fn upload(
 ) -> Result<Response, ApiError> {
     let lib = library(&app)?.clone();
     let limit = app.config.max_upload_bytes;
-    let mut form = form.map_err(|e| body_error(e.status(), e.body_text(), limit))?;
+    let mut form = form.map_err(|e| body_error(e.status(), e.body_text(), &e, limit))?;
     let (mut name, mut audio) = (None, None);
     loop {
         let field = form
             .next_field()
             .await
-            .map_err(|e| body_error(e.status(), e.body_text(), limit))?;
+            .map_err(|e| body_error(e.status(), e.body_text(), &e, limit))?;
         let Some(field) = field else { break };
         match field.name() {
             Some("name") => {
                 let text = field
                     .text()
                     .await
-                    .map_err(|e| body_error(e.status(), e.body_text(), limit))?;
+                    .map_err(|e| body_error(e.status(), e.body_text(), &e, limit))?;
                 name = Some(text);
             }
             Some("file") | Some("audio") => {
                 let bytes = field
                     .bytes()
                     .await
-                    .map_err(|e| body_error(e.status(), e.body_text(), limit))?;
+                    .map_err(|e| body_error(e.status(), e.body_text(), &e, limit))?;
                 audio = Some(bytes);
             }
             _ => {}

@@ -5,7 +5,7 @@
 
 mod support;
 
-use chatterbox_server::ServerConfig;
+use chatterbox_server::{DeviceModels, ServerConfig};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -17,6 +17,24 @@ fn req(format: &str) -> serde_json::Value {
 
 fn decode(bytes: &[u8]) -> chatterbox_dsp::Audio {
     chatterbox_dsp::audio::decode(bytes.to_vec(), None).unwrap()
+}
+
+/// An Ogg Opus file's pre-skip, end granule and number of audio packets (the headers checked).
+fn ogg_opus(bytes: &[u8]) -> (u64, u64, usize) {
+    let mut r = ogg::reading::PacketReader::new(std::io::Cursor::new(bytes.to_vec()));
+    let head = r.read_packet_expected().unwrap();
+    assert_eq!(&head.data[..8], b"OpusHead");
+    assert_eq!(head.data[9], 1, "mono");
+    let pre_skip = u64::from(u16::from_le_bytes([head.data[10], head.data[11]]));
+    assert_eq!(&r.read_packet_expected().unwrap().data[..8], b"OpusTags");
+    let (mut end, mut packets) = (0, 0);
+    while let Some(p) = r.read_packet().unwrap() {
+        packets += 1;
+        if p.last_in_stream() {
+            end = p.absgp_page();
+        }
+    }
+    (pre_skip, end, packets)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,6 +82,19 @@ async fn health_ready_models_and_every_format() {
                 assert_eq!((a.samples.len(), a.sample_rate), (3000, 24_000), "{format}");
             }
         }
+    }
+    for stream in [None, Some("audio")] {
+        let mut body = req("opus");
+        if let Some(sf) = stream {
+            body["stream_format"] = json!(sf);
+        }
+        let r = speech(&s, body).await;
+        assert_eq!(r.status(), 200, "opus {stream:?}");
+        assert_eq!(r.headers()["content-type"], "audio/ogg");
+        let (pre_skip, end, packets) = ogg_opus(&r.bytes().await.unwrap());
+        // granules count 48 kHz samples: the end granule says exactly 3000 samples at 24 kHz
+        assert_eq!(end - pre_skip, 6000, "opus {stream:?}");
+        assert!(packets >= 3000 / 480, "{packets} packets");
     }
     if cfg!(feature = "mp3") {
         for stream in [None, Some("audio")] {
@@ -144,7 +175,7 @@ async fn errors_have_their_status_and_json() {
     let voices = support::temp_dir("errors-voices");
     let mut config = ServerConfig::default();
     config.max_json_bytes = 8 * 1024;
-    config.voices_dir = Some(voices.clone());
+    config.voices_dir = Some(voices.path().to_path_buf());
     let s = TestServer::start(config, vec![fake.device()]).await;
     let c = reqwest::Client::new();
     let post = |body: Vec<u8>| {
@@ -213,7 +244,6 @@ async fn errors_have_their_status_and_json() {
     let text = speech(&s, body).await.text().await.unwrap();
     assert!(text.contains("\"type\":\"error\""), "{text}");
     s.stop().await;
-    let _ = std::fs::remove_dir_all(voices);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +348,7 @@ async fn voice_endpoints_with_a_fake_model() {
     let fake = Fake::new(1, 100, Duration::ZERO);
     let dir = support::temp_dir("fake-voices");
     let mut config = ServerConfig::default();
-    config.voices_dir = Some(dir.clone());
+    config.voices_dir = Some(dir.path().to_path_buf());
     let s = TestServer::start(config, vec![fake.device()]).await;
     let c = reqwest::Client::new();
     let upload = |name: &str, audio: Vec<u8>| {
@@ -370,7 +400,6 @@ async fn voice_endpoints_with_a_fake_model() {
     // no staging directory is left behind
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     s.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +436,8 @@ fn generated_malformed_requests_never_panic_and_get_4xx() {
         .unwrap();
     let fake = Fake::new(1, 10, Duration::ZERO);
     let mut config = ServerConfig::default();
-    config.voices_dir = Some(support::temp_dir("fuzz-voices"));
+    let voices = support::temp_dir("fuzz-voices");
+    config.voices_dir = Some(voices.path().to_path_buf());
     let s = rt.block_on(TestServer::start(config, vec![fake.device()]));
     let value = prop_oneof![
         Just(json!(null)),
@@ -518,7 +548,19 @@ async fn two_devices_serve_two_requests_at_once() {
     let b = Fake::new(10, 2400, Duration::from_millis(40));
     let mut config = ServerConfig::default();
     config.queue_capacity = 0;
-    let s = TestServer::start(config, vec![a.device(), b.device()]).await;
+    let memory = |used| {
+        move || {
+            Some(chatterbox_pipeline::DeviceMemory {
+                used_bytes: used,
+                total_bytes: 80 << 30,
+            })
+        }
+    };
+    let devices = vec![
+        DeviceModels::loaded("gpu-a", vec![Box::new(a.clone())]).with_memory_probe(memory(1)),
+        DeviceModels::loaded("gpu-b", vec![Box::new(b.clone())]).with_memory_probe(memory(2)),
+    ];
+    let s = TestServer::start(config, devices).await;
     let mut body = req("pcm");
     body["stream_format"] = json!("audio");
     let mut r1 = speech(&s, body.clone()).await;
@@ -533,5 +575,76 @@ async fn two_devices_serve_two_requests_at_once() {
     );
     assert!(n1 > 0 && n2 > 0);
     assert!(a.pulled.load(Ordering::SeqCst) > 0 && b.pulled.load(Ordering::SeqCst) > 0);
+    // each device's memory, read from its probe at the scrape, and the process's
+    let m = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "chatterbox_device_memory_used_bytes{device=\"gpu-a\"} 1\n",
+        "chatterbox_device_memory_used_bytes{device=\"gpu-b\"} 2\n",
+        "chatterbox_device_memory_total_bytes{device=\"gpu-b\"} 85899345920\n",
+    ] {
+        assert!(m.contains(line), "{line} in {m}");
+    }
+    if cfg!(target_os = "linux") {
+        assert!(m.contains("process_resident_memory_bytes "), "{m}");
+    }
+    s.stop().await;
+}
+
+/// Reads what the server sends on `conn` until it closes (at most `limit`).
+async fn read_until_closed(conn: &mut tokio::net::TcpStream, limit: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(limit, conn.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open past {limit:?}"
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_heads_and_bodies_are_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let fake = Fake::new(1, 100, Duration::ZERO);
+    let mut config = ServerConfig::default();
+    config.header_timeout = Duration::from_millis(500);
+    config.body_timeout = Duration::from_millis(500);
+    let s = TestServer::start(config, vec![fake.device()]).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+
+    // a head that never ends: the connection is closed
+    let t0 = Instant::now();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t0.elapsed()
+    );
+
+    // a body that stops arriving: 408 with OpenAI's error JSON, then the connection closes
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\n\r\n{\"model\": ",
+    )
+    .await
+    .unwrap();
+    let answer = read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"request_timeout\""), "{answer}");
+
+    // an idle kept-alive connection is closed too; the server still serves
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    read_until_closed(&mut conn, Duration::from_secs(10)).await;
+    assert_eq!(speech(&s, req("wav")).await.status(), 200);
     s.stop().await;
 }

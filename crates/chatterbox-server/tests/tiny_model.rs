@@ -30,7 +30,7 @@ async fn every_format_decodes_back() {
     let dir = support::english_checkpoint("formats");
     let s = TestServer::start(
         config(None),
-        vec![support::tiny_english_device(dir.clone())],
+        vec![support::tiny_english_device(dir.path().to_path_buf())],
     )
     .await;
     let wav = speech(&s, req("wav", "alloy")).await;
@@ -68,7 +68,6 @@ async fn every_format_decodes_back() {
     body["cfg_weight"] = json!(0.0);
     assert_eq!(speech(&s, body).await.status(), 200);
     s.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,8 +75,8 @@ async fn the_voice_library_survives_a_restart() {
     let dir = support::english_checkpoint("voices-ckpt");
     let voices = support::temp_dir("voices-lib");
     let s = TestServer::start(
-        config(Some(voices.clone())),
-        vec![support::tiny_english_device(dir.clone())],
+        config(Some(voices.path().to_path_buf())),
+        vec![support::tiny_english_device(dir.path().to_path_buf())],
     )
     .await;
     let form = reqwest::multipart::Form::new()
@@ -102,8 +101,8 @@ async fn the_voice_library_survives_a_restart() {
     s.stop().await;
 
     let s = TestServer::start(
-        config(Some(voices.clone())),
-        vec![support::tiny_english_device(dir.clone())],
+        config(Some(voices.path().to_path_buf())),
+        vec![support::tiny_english_device(dir.path().to_path_buf())],
     )
     .await;
     let list = reqwest::get(s.url("/v1/voices"))
@@ -127,6 +126,4 @@ async fn the_voice_library_survives_a_restart() {
     assert_eq!(r.status(), 200);
     expect_error(speech(&s, req("wav", "narrator")).await, 404).await;
     s.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(voices);
 }

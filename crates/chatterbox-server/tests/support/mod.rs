@@ -208,21 +208,19 @@ pub fn ref_clip() -> Vec<f32> {
         .unwrap()
 }
 
-/// A fresh temporary directory.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "chatterbox-server-test-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh temporary directory, removed when the guard is dropped.
+pub fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("chatterbox-server-test-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// The tiny english fixture as a checkpoint directory (as the pipeline's fuzz tests build it),
-/// with the fixture's `conds.pt` as the built-in voice.
-pub fn english_checkpoint(name: &str) -> PathBuf {
-    let dir = temp_dir(name);
+/// with the fixture's `conds.pt` as the built-in voice (removed when the guard is dropped).
+pub fn english_checkpoint(name: &str) -> tempfile::TempDir {
+    let guard = temp_dir(name);
+    let dir = guard.path();
     let t = pipeline_fixture("english");
     let write_part = |prefix: &str, file: &str| {
         let part: HashMap<String, candle_core::Tensor> = t
@@ -249,7 +247,7 @@ pub fn english_checkpoint(name: &str) -> PathBuf {
         meta["config"]["chatterbox"].to_string(),
     )
     .unwrap();
-    dir
+    guard
 }
 
 /// A device with the tiny english model, loaded on its worker thread.
