@@ -1,0 +1,105 @@
+//! `cargo xtask bench watermark`: Perth's pretrained watermarker (resemble-perth 1.0.1's
+//! `perth_net_250000.pth.tar`) embedding and detecting 10 s of speech-like audio at 24 kHz
+//! (chatterbox's rate: resampled to 32 kHz and back) and at 32 kHz (the network's rate), as
+//! JSON records (`CHATTERBOX_BENCH_OUT`, else stdout). `parity/bench/watermark.py` times the
+//! reference on the same clip.
+//!
+//! The checkpoint is `CHATTERBOX_PERTH_CHECKPOINT`, else the parity venv's copy. Without the
+//! crate's `soxr` feature the 24 kHz embedding resamples with rubato (the reference: libsoxr).
+//! `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
+//! time per stage.
+use anyhow::{bail, Context};
+use candle_core::Device;
+use chatterbox_testkit::{black_box, speech_like, time_it, BenchRecord};
+use chatterbox_watermark::{PerthWatermarker, PERTH_CHECKPOINT_IN_WHEEL};
+use std::path::{Path, PathBuf};
+
+fn checkpoint() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("CHATTERBOX_PERTH_CHECKPOINT") {
+        return Ok(PathBuf::from(p));
+    }
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/.venv/lib");
+    for entry in std::fs::read_dir(&lib).with_context(|| format!("{}", lib.display()))? {
+        let p = entry?
+            .path()
+            .join("site-packages")
+            .join(PERTH_CHECKPOINT_IN_WHEEL);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "no {PERTH_CHECKPOINT_IN_WHEEL} under {}: set CHATTERBOX_PERTH_CHECKPOINT",
+        lib.display()
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let threads: usize = std::env::var("CHATTERBOX_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(candle_core::utils::get_num_threads);
+    let min_secs: f64 = std::env::var("CHATTERBOX_BENCH_MIN_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let iters: usize = std::env::var("CHATTERBOX_BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let wm = PerthWatermarker::load(checkpoint()?, &Device::Cpu)?;
+    let engine = if cfg!(feature = "soxr") {
+        "soxr"
+    } else {
+        "rubato"
+    };
+    let mut records = Vec::new();
+    for sr in [24_000u32, 32_000] {
+        let x = speech_like(sr, 10.0);
+        let marked = wm.apply_watermark(&x, sr)?;
+        let khz = sr / 1000;
+        let mut err = None;
+        let embed = time_it(1, iters, min_secs, || {
+            match wm.apply_watermark(&x, sr) {
+                Ok(y) => {
+                    black_box(y);
+                }
+                Err(e) => err = Some(e),
+            };
+        });
+        let detect = time_it(1, iters, min_secs, || {
+            match wm.detect(&marked, sr) {
+                Ok(d) => {
+                    black_box(d);
+                }
+                Err(e) => err = Some(e),
+            };
+        });
+        if let Some(e) = err {
+            return Err(e.into());
+        }
+        for (stage, timing) in [("embed", embed), ("detect", detect)] {
+            let resampler = match (stage, sr) {
+                (_, 32_000) => "no resampling".to_string(),
+                ("embed", _) => format!("{engine} to 32 kHz and back"),
+                _ => "polyphase to 32 kHz".to_string(),
+            };
+            let r = BenchRecord {
+                group: "watermark".into(),
+                stage: format!("perth_{stage}_{khz}k_10s"),
+                implementation: "rust".into(),
+                device: "cpu".into(),
+                threads,
+                timing,
+                shape: format!("10 s @ {khz} kHz, {resampler}"),
+            };
+            eprintln!(
+                "{:<28} {:>9.3} ms (median of {})",
+                r.stage, r.timing.median_ms, r.timing.iters
+            );
+            records.push(r);
+        }
+    }
+    chatterbox_testkit::emit_records(&records)?;
+    Ok(())
+}

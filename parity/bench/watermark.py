@@ -1,0 +1,66 @@
+"""Reference timings of Perth's pretrained watermarker (resemble-perth 1.0.1,
+`PerthImplicitWatermarker()`: perth_net_250000.pth.tar) on the clips
+`crates/chatterbox-watermark/benches/watermark.rs` measures: 10 s of the testkit's speech-like
+signal at 24 kHz (chatterbox's rate; librosa soxr_hq to 32 kHz and back when embedding,
+polyphase when detecting) and at 32 kHz, as JSON lines. Run by `cargo xtask bench watermark`
+(parity/.venv).
+"""
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+from perth.perth_net.perth_net_implicit.perth_watermarker import PerthImplicitWatermarker
+
+
+def time_it(f, warmup=1, min_iters=3, min_secs=2.0):
+    for _ in range(warmup):
+        f()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_iters or time.perf_counter() - start < min_secs:
+        t = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
+
+
+def speech_like(sr, seconds):
+    """chatterbox-testkit's `speech_like` (crates/chatterbox-testkit/src/signal.rs)."""
+    n = int(sr * seconds)
+    t = np.arange(n) / sr
+    f0 = 120.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
+    phase = np.cumsum(2 * np.pi * f0 / sr)
+    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t)
+    y = sum(np.sin(phase * h) / h for h in range(1, 21))
+    return (0.2 * env * y).astype(np.float32)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    wm = PerthImplicitWatermarker(device="cpu")
+    with open(a.out, "a") as out, torch.inference_mode():
+        for sr in (24000, 32000):
+            x = speech_like(sr, 10.0)
+            marked = wm.apply_watermark(x, sample_rate=sr)
+            khz = sr // 1000
+            for stage, f in [("embed", lambda: wm.apply_watermark(x, sample_rate=sr)),
+                             ("detect", lambda: wm.get_watermark(marked, sample_rate=sr))]:
+                timing = time_it(f)
+                rec = dict(group="watermark", stage=f"perth_{stage}_{khz}k_10s", implementation="reference",
+                           device="cpu", threads=a.threads, shape=f"10 s @ {khz} kHz", **timing)
+                print(f"{rec['stage']:<28} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
+                      file=sys.stderr)
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+
+
+if __name__ == "__main__":
+    main()
