@@ -9,7 +9,8 @@
 //! `parity/checkpoints.py --size full` (the parity venv). The built-in voice is the 10 s
 //! speech-like clip of `pipeline.rs`, prepared on the worker before `/ready` answers 200 (the
 //! requests ask for `voice=alloy`, which maps to it). `CHATTERBOX_BENCH_DEVICE=cuda` (with
-//! `--features cuda`) serves from GPU 0 with bf16 T3 and flow.
+//! `--features cuda`) serves from GPU 0 with bf16 T3 and flow; `CHATTERBOX_SERVE_GPUS=N`
+//! from GPUs 0..N, one worker each (the GPU memory sampled is GPU 0's).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -530,10 +531,22 @@ async fn wait_ready(base: &str, server: &tokio::task::JoinHandle<()>) -> anyhow:
 
 async fn bench_main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
-    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
-        _ => (Device::Cpu, DType::F32, "cpu"),
+    let gpus = env_usize("CHATTERBOX_SERVE_GPUS", 1).max(1);
+    let (devs, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
+        Ok("cuda") => (
+            (0..gpus)
+                .map(Device::new_cuda)
+                .collect::<Result<Vec<_>, _>>()?,
+            DType::BF16,
+            if gpus > 1 {
+                format!("cuda x{gpus}")
+            } else {
+                "cuda".to_string()
+            },
+        ),
+        _ => (vec![Device::Cpu], DType::F32, "cpu".to_string()),
     };
+    let dev = devs[0].clone();
     let variant = std::env::var("CHATTERBOX_SERVE_VARIANT").unwrap_or_else(|_| "turbo".into());
     let clients = parse_clients(
         &std::env::var("CHATTERBOX_SERVE_CLIENTS").unwrap_or_else(|_| "1,2,4,8".into()),
@@ -552,8 +565,8 @@ async fn bench_main() -> anyhow::Result<()> {
     };
     let dir = checkpoint(&variant, marker)?;
     let cap = Arc::new(AtomicUsize::new(tokens));
-    let loader = {
-        let (dev, cap) = (dev.clone(), cap.clone());
+    let loader = |dev: Device| {
+        let (dir, cap) = (dir.clone(), cap.clone());
         move || -> Result<Vec<Box<dyn SpeechModel>>, ModelError> {
             let t0 = Instant::now();
             let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
@@ -586,7 +599,12 @@ async fn bench_main() -> anyhow::Result<()> {
         + 8;
     // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
     config.request_timeout = Duration::from_secs(3600);
-    let server = Server::bind(config, vec![DeviceModels::new(device, loader)]).await?;
+    let workers = devs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| DeviceModels::new(format!("{device}:{i}"), loader(d.clone())))
+        .collect();
+    let server = Server::bind(config, workers).await?;
     let base = format!("http://{}", server.local_addr()?);
     let url = format!("{base}/v1/audio/speech");
     eprintln!("serving {} on {base} ({device})", model.name());
@@ -606,7 +624,7 @@ async fn bench_main() -> anyhow::Result<()> {
 
     let mut bench = Bench {
         records: Vec::new(),
-        device: device.into(),
+        device,
         threads,
     };
     let (warm, _) = run_level(&url, model, 1, 1, 1_000_000, sentence).await;
