@@ -10,13 +10,15 @@ watermarker (not in CI: needs the parity venv, which holds the wheel and its che
    `soxr` feature (libsoxr, as librosa) and once without (rubato); the script compares them.
 3. Every clip (original, Python- and Rust-watermarked) goes through what users do to files:
    nothing, resampling to 16 / 44.1 kHz (librosa soxr_hq) and, separately, there and back,
-   16-bit WAV (soundfile PCM_16). Both detectors score every version (`get_watermark` with
+   16-bit WAV (soundfile PCM_16) and MP3 at 64 and 128 kbit/s (LAME 3.100, the server's encoder
+   library, when `lame` is installed). Both detectors score every version (`get_watermark` with
    `round=False` and the rounded default).
 4. A Markdown table goes to stdout and DIR/report.md; the raw numbers to DIR/report.json.
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -78,10 +80,19 @@ def attacks(x, sr, tmp):
     sf.write(path, x, sr, subtype="PCM_16")
     y, _ = sf.read(path, dtype="float32")
     out.append(("pcm16", y, sr))
+    # MP3 through LAME 3.100, the library behind the server's `mp3` (which sends 64 kbit/s CBR),
+    # when the `lame` program is installed (Debian's package `lame`)
+    if shutil.which("lame"):
+        for kbps in (64, 128):
+            mp3, back = os.path.join(tmp, f"q{kbps}.mp3"), os.path.join(tmp, f"q{kbps}.wav")
+            subprocess.run(["lame", "--quiet", "--cbr", "-b", str(kbps), "-m", "m", path, mp3], check=True)
+            subprocess.run(["lame", "--quiet", "--decode", mp3, back], check=True)
+            y, r = sf.read(back, dtype="float32")
+            out.append((f"mp3_{kbps}", y, r))
     return out
 
 
-ATTACKS = ["none", "pcm16", "resampled_16000", "via_16000", "resampled_44100", "via_44100"]
+ATTACKS = ["none", "pcm16", "resampled_16000", "via_16000", "resampled_44100", "via_44100", "mp3_64", "mp3_128"]
 
 
 def table(report):

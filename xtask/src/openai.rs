@@ -240,10 +240,19 @@ pub fn run(args: OpenaiClientArgs) -> Result<i32> {
     .arg(&voices)
     .env("CHATTERBOX_API_KEY", &key)
     .env_remove("CHATTERBOX_MODEL_DIR")
+    .env_remove("CHATTERBOX_NO_WATERMARK")
     .env_remove("RUST_LOG")
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
+    // Watermarked as users get it when the parity venv has Perth's weights; else without.
+    match perth_weights() {
+        Some(p) => cmd.env("CHATTERBOX_WATERMARK_WEIGHTS", p),
+        None => {
+            eprintln!("no Perth weights in parity/.venv: serving without the watermark");
+            cmd.env("CHATTERBOX_NO_WATERMARK", "1")
+        }
+    };
     eprintln!("+ {cmd:?}");
     let mut child = cmd
         .spawn()
@@ -284,6 +293,18 @@ pub fn run(args: OpenaiClientArgs) -> Result<i32> {
         args.openai_version
     );
     Ok(0)
+}
+
+/// The parity venv's copy of Perth's weights (resemble-perth is in parity/requirements.txt).
+fn perth_weights() -> Option<PathBuf> {
+    let lib = crate::root().join("parity/.venv/lib");
+    std::fs::read_dir(lib).ok()?.find_map(|e| {
+        let p = e
+            .ok()?
+            .path()
+            .join("site-packages/perth/perth_net/pretrained/implicit/perth_net_250000.pth.tar");
+        p.is_file().then_some(p)
+    })
 }
 
 #[cfg(test)]

@@ -79,6 +79,61 @@ pub enum Command {
     /// An OpenAI-compatible speech server: POST /v1/audio/speech, streaming, a voice library.
     #[command(long_about = SERVE_ABOUT, after_long_help = SERVE_EXAMPLES)]
     Serve(Box<ServeArgs>),
+    /// Detect or apply Resemble AI's Perth watermark (what Chatterbox marks its speech with).
+    #[command(subcommand)]
+    Watermark(WatermarkCommand),
+}
+
+/// `chatterbox watermark ...`.
+#[derive(Debug, Subcommand)]
+pub enum WatermarkCommand {
+    /// Print whether each file carries the Perth watermark. Exit status 0: every file is
+    /// watermarked; 3: at least one is not; 1: an error.
+    Detect {
+        /// Audio files (WAV, FLAC, MP3, Ogg Vorbis, M4A/AAC/ALAC).
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+        /// The Perth weights.
+        #[command(flatten)]
+        weights: WeightsArg,
+    },
+    /// Watermark an audio file (at its own sample rate, downmixed to mono).
+    Apply {
+        /// The audio file.
+        #[arg(value_name = "FILE")]
+        input: PathBuf,
+        /// The watermarked WAV file.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Format of the output.
+        #[arg(long, value_enum, default_value = "pcm16")]
+        wav_format: WavFormatArg,
+        /// The Perth weights.
+        #[command(flatten)]
+        weights: WeightsArg,
+    },
+}
+
+/// Where Perth's weights are.
+#[derive(Debug, Args, Clone, Default)]
+pub struct WeightsArg {
+    /// Perth's weights, perth_net_250000.pth.tar (from the resemble-perth wheel on PyPI).
+    /// Default: the copy cached beside the hub's files, downloaded on first use.
+    #[arg(long, value_name = "FILE", env = "CHATTERBOX_WATERMARK_WEIGHTS")]
+    pub watermark_weights: Option<PathBuf>,
+}
+
+/// The watermark of generated speech.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Watermark")]
+pub struct WatermarkArgs {
+    /// Do not watermark the output. By default it carries Resemble AI's imperceptible Perth
+    /// watermark, as the Python reference's does.
+    #[arg(long, env = "CHATTERBOX_NO_WATERMARK", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_watermark: bool,
+    /// Where Perth's weights are.
+    #[command(flatten)]
+    pub weights: WeightsArg,
 }
 
 const SERVE_ABOUT: &str = "\
@@ -264,6 +319,9 @@ pub struct RuntimeArgs {
     /// No progress bars or summary; errors are still printed.
     #[arg(short, long)]
     pub quiet: bool,
+    /// The watermark.
+    #[command(flatten)]
+    pub watermark: WatermarkArgs,
 }
 
 /// `chatterbox speak`.
@@ -468,6 +526,9 @@ pub struct ServeArgs {
     /// names use the checkpoint's built-in voice unless mapped here).
     #[arg(long = "voice-alias", value_name = "NAME=VOICE")]
     pub voice_aliases: Vec<Alias>,
+    /// The watermark of the speech served.
+    #[command(flatten)]
+    pub watermark: WatermarkArgs,
 }
 
 /// `chatterbox vc`.

@@ -16,6 +16,7 @@ mod serve;
 mod source;
 mod speak;
 mod vc;
+mod watermark;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
@@ -34,6 +35,13 @@ fn main() -> ExitCode {
         args::Command::Serve(a) => {
             init_logging(SERVE_LOG_FILTER);
             serve::run(*a)
+        }
+        args::Command::Watermark(c) => {
+            init_logging(DEFAULT_LOG_FILTER);
+            match watermark::run(c) {
+                Ok(code) => return code,
+                Err(e) => Err(e),
+            }
         }
     };
     match result {

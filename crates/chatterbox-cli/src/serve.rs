@@ -207,14 +207,23 @@ fn speech_model(tts: Tts) -> Box<dyn SpeechModel> {
     })
 }
 
-/// The worker of `dev`: loads every planned model on it (on the worker's thread).
-fn worker(
-    dev: Device,
+/// What a worker loads.
+struct Load {
     plan: Vec<Planned>,
     mtl: MultilingualT3,
     dtype: DType,
-    failure: Arc<LoadFailure>,
-) -> DeviceModels {
+    /// Perth's checkpoint (`None`: no watermark).
+    perth: Option<std::path::PathBuf>,
+}
+
+/// The worker of `dev`: loads every planned model on it (on the worker's thread).
+fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
+    let Load {
+        plan,
+        mtl,
+        dtype,
+        perth,
+    } = load;
     let label = device::describe(&dev);
     let name = label.clone();
     let probed = dev.clone();
@@ -226,7 +235,9 @@ fn worker(
             let loaded = {
                 let _one_download = matches!(p.src, Source::Hub(_))
                     .then(|| HUB.lock().unwrap_or_else(PoisonError::into_inner));
-                speak::load(p.model, &mtl, &p.src, None, &dev, dtype)
+                speak::load(p.model, &mtl, &p.src, None, &dev, dtype).and_then(|tts| {
+                    Ok(tts.with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?))
+                })
             };
             match loaded {
                 Ok(tts) => {
@@ -273,10 +284,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let config = config(&args, &planned)?;
     let dtype = device::dtype(args.dtype);
     let devices = devices(&args, dtype)?;
+    let perth = crate::watermark::checkpoint(&args.watermark)?;
     let failure = Arc::new(LoadFailure::default());
     let workers: Vec<DeviceModels> = devices
         .into_iter()
-        .map(|d| worker(d, planned.clone(), mtl.clone(), dtype, failure.clone()))
+        .map(|d| {
+            let load = Load {
+                plan: planned.clone(),
+                mtl: mtl.clone(),
+                dtype,
+                perth: perth.clone(),
+            };
+            worker(d, load, failure.clone())
+        })
         .collect();
     let models: Vec<&str> = planned.iter().map(|p| model_id(p.model).name()).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -6,14 +6,15 @@ use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output, Sink};
 use crate::progress::{Progress, Ticker};
 use crate::source::{read_config, Source};
-use crate::{device, hub, japanese, preflight};
+use crate::{device, hub, japanese, preflight, watermark};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
     Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechStream, Variant,
+    Watermarker,
 };
 use indicatif::ProgressBar;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A loaded text-to-speech model of any variant.
@@ -38,6 +39,15 @@ macro_rules! each {
 }
 
 impl Tts {
+    /// The model with `w` applied to its output (`None`: unmarked).
+    pub fn with_watermarker(self, w: Option<Arc<dyn Watermarker>>) -> Self {
+        match self {
+            Tts::English(m) => Tts::English(m.with_watermarker(w)),
+            Tts::Multilingual(m) => Tts::Multilingual(m.with_watermarker(w)),
+            Tts::Turbo(m) => Tts::Turbo(m.with_watermarker(w)),
+        }
+    }
+
     fn conditionals(&self) -> Option<&Conditionals> {
         each!(self, m => m.conditionals())
     }
@@ -251,6 +261,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         .as_deref()
         .map(japanese::load_reader)
         .transpose()?;
+    let perth = watermark::checkpoint(&rt.watermark)?;
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
     let progress = Progress::new(rt.quiet);
@@ -264,7 +275,8 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         src.describe()
     ));
     let mut tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
-        .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?;
+        .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?
+        .with_watermarker(watermark::load(perth.as_ref(), &dev)?);
     if let Tts::Multilingual(m) = &mut tts {
         if kanji_reader.is_none() && language.as_deref() == Some("ja") && japanese::has_kanji(&text)
         {

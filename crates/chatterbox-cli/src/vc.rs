@@ -38,6 +38,7 @@ pub fn run(args: VcArgs) -> Result<()> {
     let config = rt.config.as_deref().map(read_config).transpose()?;
     let src = Source::resolve(rt.model_dir.as_deref(), "ResembleAI/chatterbox")?;
     preflight::check_vc_checkpoint(&src, args.target.is_none())?;
+    let perth = crate::watermark::checkpoint(&rt.watermark)?;
     let progress = Progress::new(rt.quiet);
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
@@ -57,7 +58,9 @@ pub fn run(args: VcArgs) -> Result<()> {
         },
         Source::Hub(_) => crate::hub::vc(&dev, dtype),
     };
-    let mut vc = loaded.context("cannot load the voice conversion model")?;
+    let mut vc = loaded
+        .context("cannot load the voice conversion model")?
+        .with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?);
     step.done(format!(
         "Loaded the voice conversion model on {}",
         device::describe(&dev)

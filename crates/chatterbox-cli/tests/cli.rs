@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 fn chatterbox(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
         .args(args)
         .env_remove("CHATTERBOX_MODEL_DIR")
         .env_remove("RUST_LOG")
@@ -406,6 +407,7 @@ fn binary_audio_is_not_written_onto_a_terminal() {
         Err(e) => unreachable!("openpty: {e}"),
     };
     let o = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
         .args(["speak", "Hi.", "--model-dir", "/nonexistent", "-o", "-"])
         .env_remove("CHATTERBOX_MODEL_DIR")
         .stdin(std::process::Stdio::null())

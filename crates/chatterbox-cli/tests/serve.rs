@@ -93,7 +93,8 @@ impl Served {
     /// Starts `chatterbox serve --port 0 ARGS` and waits until `/ready` answers 200.
     async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_chatterbox"));
-        cmd.arg("serve")
+        cmd.env("CHATTERBOX_NO_WATERMARK", "1")
+            .arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0", "--device", "cpu"])
             .args(["--max-new-tokens", MAX_TOKENS])
             .args(args)
@@ -285,6 +286,7 @@ fn missing_checkpoint_files_fail_before_listening() {
         ],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+            .env("CHATTERBOX_NO_WATERMARK", "1")
             .args(["serve", "--port", "0", "--device", "cpu"])
             .args(&args)
             .env_remove("CHATTERBOX_MODEL_DIR")
@@ -306,6 +308,7 @@ fn a_model_that_fails_to_load_stops_the_server_with_its_error() {
     // present and readable (the pre-flight check passes), but not a safetensors file
     std::fs::write(ckpt.join("t3_cfg.safetensors"), b"not safetensors").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
         .args(["serve", "--port", "0", "--device", "cpu", "--model-dir"])
         .arg(&ckpt)
         .env_remove("CHATTERBOX_MODEL_DIR")

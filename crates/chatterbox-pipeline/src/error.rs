@@ -55,6 +55,17 @@ pub enum PipelineError {
         /// What the hub client said.
         reason: String,
     },
+    /// Perth's weights (for the watermark) are not where they were looked for.
+    #[error(
+        "the Perth watermark weights were not found: {why}. Give the path of \
+         perth_net_250000.pth.tar (in the resemble-perth wheel on PyPI, under \
+         perth/perth_net/pretrained/implicit/) with --watermark-weights PATH (or \
+         CHATTERBOX_WATERMARK_WEIGHTS), or turn the watermark off with --no-watermark"
+    )]
+    WatermarkWeights {
+        /// Where they were looked for, and why that failed.
+        why: String,
+    },
 
     // ---- running
     /// `generate` without a voice: no `prepare_conditionals` and no built-in `conds.pt`.
@@ -101,6 +112,9 @@ pub enum PipelineError {
     Watermark(String),
 
     // ---- components
+    /// Perth (the watermark).
+    #[error("watermark: {0}")]
+    Perth(#[from] chatterbox_watermark::WatermarkError),
     /// Tensor operations.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -10,6 +10,8 @@ mod error;
 mod hub;
 mod memory;
 mod options;
+#[cfg(feature = "hub")]
+mod perth_download;
 mod progress;
 mod s3gen;
 mod stream_synth;
@@ -39,7 +41,9 @@ pub use tts::{
 pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;
 pub use voice::{integrated_loudness, norm_loudness, VoiceClip};
-pub use watermark::Watermarker;
+pub use watermark::{
+    find_perth_checkpoint, perth_cache_path, perth_watermarker, Watermarker, STREAM_CONTEXT_S,
+};
 
 // Re-exported so callers need not depend on the component crates for common types.
 pub use candle_core::{DType, Device};

@@ -8,7 +8,7 @@ use crate::error::loading;
 use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SR, S3_SR};
 use crate::vc_chunks::{self, Joiner, VcProgress};
 use crate::voice::audio_24k;
-use crate::watermark::{WatermarkHook, Watermarker};
+use crate::watermark::{StreamMarker, WatermarkHook, Watermarker};
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device};
 use chatterbox_dsp::Audio;
@@ -133,7 +133,8 @@ impl ChatterboxVc {
         }
     }
 
-    /// Plugs in a watermarker (none by default; see the crate docs).
+    /// Plugs in a watermarker applied to every output, as the reference applies Perth (e.g.
+    /// [`crate::perth_watermarker`]); `None` turns it off.
     pub fn with_watermarker(mut self, w: Option<Arc<dyn Watermarker>>) -> Self {
         self.watermark.set(w);
         self
@@ -209,7 +210,8 @@ impl ChatterboxVc {
 
     /// [`ChatterboxVc::generate`] streaming: `on_audio` receives the 24 kHz samples as they are
     /// final (a window at a time, less the crossfade held back), so memory stays flat over long
-    /// sources. No watermark is applied to streamed audio.
+    /// sources. Each piece is watermarked with the audio before it as context (see
+    /// [`crate::STREAM_CONTEXT_S`]).
     pub fn generate_stream(
         &self,
         source: &Audio,
@@ -219,7 +221,11 @@ impl ChatterboxVc {
     ) -> Result<()> {
         let src = source.resampled(S3_SR)?.samples;
         let mut draws = SeededDraws::new(opts.seed);
-        self.convert_16k(&src, opts, &mut draws, progress, on_audio)
+        let mut marker = StreamMarker::default();
+        self.convert_16k(&src, opts, &mut draws, progress, &mut |piece| {
+            let marked = marker.push(&self.watermark, piece.to_vec(), S3GEN_SR)?;
+            on_audio(&marked)
+        })
     }
 
     /// The conversion of a 16 kHz clip with S3Gen's draws from `draws` (no watermark). Windows

@@ -6,7 +6,8 @@
 //!
 //! The checkpoint is `CHATTERBOX_PERTH_CHECKPOINT`, else the parity venv's copy. Without the
 //! crate's `soxr` feature the 24 kHz embedding resamples with rubato (the reference: libsoxr).
-//! `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
+//! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs the network on GPU 0 (the
+//! STFT and resampling stay on the CPU, as in the crate). `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
 //! time per stage.
 use anyhow::{bail, Context};
 use candle_core::Device;
@@ -47,7 +48,11 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let wm = PerthWatermarker::load(checkpoint()?, &Device::Cpu)?;
+    let (device, label) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
+        Ok("cuda") => (Device::new_cuda(0)?, "cuda"),
+        _ => (Device::Cpu, "cpu"),
+    };
+    let wm = PerthWatermarker::load(checkpoint()?, &device)?;
     let engine = if cfg!(feature = "soxr") {
         "soxr"
     } else {
@@ -88,7 +93,7 @@ fn main() -> anyhow::Result<()> {
                 group: "watermark".into(),
                 stage: format!("perth_{stage}_{khz}k_10s"),
                 implementation: "rust".into(),
-                device: "cpu".into(),
+                device: label.into(),
                 threads,
                 timing,
                 shape: format!("10 s @ {khz} kHz, {resampler}"),

@@ -15,7 +15,7 @@ use crate::s3gen::{
     S3Gen, S3GenOptions, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
 use crate::voice::{audio_24k, norm_loudness, VoiceClip};
-use crate::watermark::WatermarkHook;
+use crate::watermark::{StreamMarker, WatermarkHook};
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device, Tensor};
 use chatterbox_dsp::Audio;
@@ -449,6 +449,21 @@ impl TtsCore {
         progress: &mut dyn FnMut(&Progress),
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<()> {
+        let mut marker = StreamMarker::default();
+        self.generate_unmarked(text, opts, progress, &mut |piece| {
+            let marked = marker.push(&self.watermark, piece.to_vec(), S3GEN_SR)?;
+            on_audio(&marked)
+        })
+    }
+
+    /// [`TtsCore::generate_stream`] without the watermark.
+    fn generate_unmarked(
+        &self,
+        text: &str,
+        opts: &GenerateOptions,
+        progress: &mut dyn FnMut(&Progress),
+        on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
         opts.validate()?;
         let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
         let chunks = self.text_chunks(text, opts)?;
@@ -496,7 +511,7 @@ impl TtsCore {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Audio> {
         let mut wav = Vec::new();
-        self.generate_stream(text, opts, progress, &mut |s| {
+        self.generate_unmarked(text, opts, progress, &mut |s| {
             wav.extend_from_slice(s);
             Ok(())
         })?;

@@ -87,8 +87,10 @@ macro_rules! tts_methods {
                 self.core.conds = Some(conds);
             }
 
-            /// Plugs in a watermarker applied to every `generate` output (none by default: the
-            /// reference applies Perth, this crate does not ship it).
+            /// Plugs in a watermarker applied to every output, as the reference applies Perth
+            /// (e.g. [`crate::perth_watermarker`]); `None` turns it off. A model loaded by
+            /// `from_dir` or `from_pretrained` has none until one is plugged in; the
+            /// `chatterbox` command plugs Perth in unless told `--no-watermark`.
             pub fn with_watermarker(mut self, w: Option<Arc<dyn Watermarker>>) -> Self {
                 self.core.watermark.set(w);
                 self
@@ -113,7 +115,8 @@ macro_rules! tts_methods {
 
             /// [`Self::generate`] streaming: `on_audio` receives the 24 kHz samples as they
             /// are final (one chunk at a time, less the crossfade held back), so memory stays
-            /// flat over long texts. No watermark is applied to streamed audio.
+            /// flat over long texts. Each piece is watermarked with the audio before it as
+            /// context (see [`crate::STREAM_CONTEXT_S`]).
             pub fn generate_stream(
                 &self,
                 text: &str,
@@ -128,8 +131,9 @@ macro_rules! tts_methods {
             /// ready after the schedule's first chunk of speech tokens
             /// ([`GenerateOptions::stream`]) instead of after the whole sentence. The same
             /// seed draws the same tokens and CFM noise as [`Self::generate`]; the audio
-            /// differs slightly at the chunk joins (see [`SpeechStream`]). No watermark is
-            /// applied. Dropping the iterator stops the generation.
+            /// differs slightly at the chunk joins (see [`SpeechStream`]). Chunks are
+            /// watermarked as `generate_stream`'s pieces are. Dropping the iterator stops the
+            /// generation.
             pub fn stream(&self, text: &str, opts: &GenerateOptions) -> Result<SpeechStream<'_>> {
                 SpeechStream::new(&self.core, text, opts)
             }

@@ -27,6 +27,7 @@ use crate::options::GenerateOptions;
 use crate::progress::Progress;
 use crate::s3gen::{S3GenOptions, S3GEN_SIL, S3GEN_SR, SAMPLES_PER_TOKEN};
 use crate::stream_synth::StreamingSynth;
+use crate::watermark::StreamMarker;
 use crate::{PipelineError, Result};
 use candle_core::Tensor;
 use chatterbox_t3::{Sampling, TokenStream};
@@ -84,6 +85,8 @@ pub struct SpeechStream<'a> {
     sentence: Option<Sentence<'a>>,
     fader: Crossfader,
     ready: VecDeque<AudioChunk>,
+    /// Watermarks each chunk with the audio before it as context.
+    marker: StreamMarker,
     chunks: usize,
     emitted: usize,
     done: bool,
@@ -117,6 +120,7 @@ impl<'a> SpeechStream<'a> {
             sentence: None,
             fader: Crossfader::new(fade),
             ready: VecDeque::new(),
+            marker: StreamMarker::default(),
             chunks: 0,
             emitted: 0,
             done: false,
@@ -153,10 +157,11 @@ impl<'a> SpeechStream<'a> {
     }
 
     /// Queues `samples` as a chunk (empty ones only when last).
-    fn emit(&mut self, samples: Vec<f32>, is_last: bool) {
+    fn emit(&mut self, samples: Vec<f32>, is_last: bool) -> Result<()> {
         if samples.is_empty() && !is_last {
-            return;
+            return Ok(());
         }
+        let samples = self.marker.push(&self.core.watermark, samples, S3GEN_SR)?;
         let sentence = self.next_text.saturating_sub(1);
         self.ready.push_back(AudioChunk {
             index: self.chunks,
@@ -167,6 +172,7 @@ impl<'a> SpeechStream<'a> {
         });
         self.chunks += 1;
         self.emitted += self.ready.back().map_or(0, |c| c.samples.len());
+        Ok(())
     }
 
     /// Starts the next text chunk: its text tokens, T3's prefill, a fresh synthesiser.
@@ -217,7 +223,7 @@ impl<'a> SpeechStream<'a> {
                 return self.start_sentence();
             }
             let rest = self.fader.finish();
-            self.emit(rest, true);
+            self.emit(rest, true)?;
             self.done = true;
             return Ok(());
         };
@@ -242,8 +248,7 @@ impl<'a> SpeechStream<'a> {
                     max,
                 });
                 let out = self.fader.push_part(&audio);
-                self.emit(out, false);
-                Ok(())
+                self.emit(out, false)
             }
             None => self.end_sentence(),
         }
@@ -280,7 +285,7 @@ impl<'a> SpeechStream<'a> {
         let samples = s.synth.emitted();
         let mut out = self.fader.push_part(&audio);
         out.extend(self.fader.end_segment());
-        self.emit(out, false);
+        self.emit(out, false)?;
         tracing::debug!(
             chunk = s.index,
             speech_tokens = s.pushed,
