@@ -42,7 +42,8 @@ pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;
 pub use voice::{integrated_loudness, norm_loudness, VoiceClip};
 pub use watermark::{
-    find_perth_checkpoint, perth_cache_path, perth_watermarker, Watermarker, STREAM_CONTEXT_S,
+    find_perth_checkpoint, perth_cache_path, perth_watermarker, StreamWatermarker, Watermarker,
+    STREAM_CONTEXT_S,
 };
 
 // Re-exported so callers need not depend on the component crates for common types.

@@ -8,7 +8,7 @@ use crate::error::loading;
 use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SR, S3_SR};
 use crate::vc_chunks::{self, Joiner, VcProgress};
 use crate::voice::audio_24k;
-use crate::watermark::{StreamMarker, WatermarkHook, Watermarker};
+use crate::watermark::{WatermarkHook, Watermarker};
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device};
 use chatterbox_dsp::Audio;
@@ -221,9 +221,9 @@ impl ChatterboxVc {
     ) -> Result<()> {
         let src = source.resampled(S3_SR)?.samples;
         let mut draws = SeededDraws::new(opts.seed);
-        let mut marker = StreamMarker::default();
+        let mut marker = self.watermark.stream(S3GEN_SR);
         self.convert_16k(&src, opts, &mut draws, progress, &mut |piece| {
-            let marked = marker.push(&self.watermark, piece.to_vec(), S3GEN_SR)?;
+            let marked = marker.push(piece.to_vec())?;
             on_audio(&marked)
         })
     }

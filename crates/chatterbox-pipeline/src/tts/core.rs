@@ -15,7 +15,7 @@ use crate::s3gen::{
     S3Gen, S3GenOptions, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
 use crate::voice::{audio_24k, norm_loudness, VoiceClip};
-use crate::watermark::{StreamMarker, WatermarkHook};
+use crate::watermark::WatermarkHook;
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device, Tensor};
 use chatterbox_dsp::Audio;
@@ -449,9 +449,9 @@ impl TtsCore {
         progress: &mut dyn FnMut(&Progress),
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<()> {
-        let mut marker = StreamMarker::default();
+        let mut marker = self.watermark.stream(S3GEN_SR);
         self.generate_unmarked(text, opts, progress, &mut |piece| {
-            let marked = marker.push(&self.watermark, piece.to_vec(), S3GEN_SR)?;
+            let marked = marker.push(piece.to_vec())?;
             on_audio(&marked)
         })
     }

@@ -27,7 +27,7 @@ use crate::options::GenerateOptions;
 use crate::progress::Progress;
 use crate::s3gen::{S3GenOptions, S3GEN_SIL, S3GEN_SR, SAMPLES_PER_TOKEN};
 use crate::stream_synth::StreamingSynth;
-use crate::watermark::StreamMarker;
+use crate::watermark::StreamWatermarker;
 use crate::{PipelineError, Result};
 use candle_core::Tensor;
 use chatterbox_t3::{Sampling, TokenStream};
@@ -86,7 +86,7 @@ pub struct SpeechStream<'a> {
     fader: Crossfader,
     ready: VecDeque<AudioChunk>,
     /// Watermarks each chunk with the audio before it as context.
-    marker: StreamMarker,
+    marker: StreamWatermarker,
     chunks: usize,
     emitted: usize,
     done: bool,
@@ -120,7 +120,7 @@ impl<'a> SpeechStream<'a> {
             sentence: None,
             fader: Crossfader::new(fade),
             ready: VecDeque::new(),
-            marker: StreamMarker::default(),
+            marker: core.watermark.stream(S3GEN_SR),
             chunks: 0,
             emitted: 0,
             done: false,
@@ -161,7 +161,7 @@ impl<'a> SpeechStream<'a> {
         if samples.is_empty() && !is_last {
             return Ok(());
         }
-        let samples = self.marker.push(&self.core.watermark, samples, S3GEN_SR)?;
+        let samples = self.marker.push(samples)?;
         let sentence = self.next_text.saturating_sub(1);
         self.ready.push_back(AudioChunk {
             index: self.chunks,
