@@ -9,15 +9,22 @@ use chatterbox_pipeline::{ChatterboxVc, MultilingualT3};
 #[cfg(feature = "hub")]
 mod enabled {
     use super::*;
-    use chatterbox_pipeline::{ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts};
+    use chatterbox_pipeline::{
+        download_checkpoint, download_vc_checkpoint, ChatterboxMultilingualTts, ChatterboxTts,
+        ChatterboxTurboTts,
+    };
 
+    // The downloads, then `from_dir`: the command decides about the watermark itself
+    // (`from_hub` would fetch Perth even with --no-watermark).
     pub fn tts(model: Model, mtl: &MultilingualT3, dev: &Device, dtype: DType) -> Result<Tts> {
+        let dir = download_checkpoint(crate::speak::variant(model), mtl)?;
         Ok(match model {
-            Model::English => Tts::English(ChatterboxTts::from_hub(dev, dtype)?),
-            Model::Multilingual => {
-                Tts::Multilingual(ChatterboxMultilingualTts::from_hub(mtl, dev, dtype)?)
-            }
-            Model::Turbo | Model::Nano => Tts::Turbo(ChatterboxTurboTts::from_hub(
+            Model::English => Tts::English(ChatterboxTts::from_dir(dir, dev, dtype)?),
+            Model::Multilingual => Tts::Multilingual(
+                ChatterboxMultilingualTts::from_dir_with_model(dir, mtl, dev, dtype)?,
+            ),
+            Model::Turbo | Model::Nano => Tts::Turbo(ChatterboxTurboTts::from_dir(
+                dir,
                 model == Model::Nano,
                 dev,
                 dtype,
@@ -26,7 +33,11 @@ mod enabled {
     }
 
     pub fn vc(dev: &Device, dtype: DType) -> Result<ChatterboxVc> {
-        Ok(ChatterboxVc::from_hub(dev, dtype)?)
+        Ok(ChatterboxVc::from_dir(
+            download_vc_checkpoint()?,
+            dev,
+            dtype,
+        )?)
     }
 }
 

@@ -5,10 +5,23 @@ use crate::{PipelineError, Result};
 use std::path::PathBuf;
 
 /// Downloads (or finds in the Hugging Face cache) the files of `variant` and returns the
-/// directory holding them. Required files must download; optional ones (the built-in voice,
-/// tokenizer extras) may be absent.
-pub(crate) fn download(variant: Variant, mtl: &MultilingualT3) -> Result<PathBuf> {
+/// directory holding them, for `from_dir`. Required files must download; optional ones (the
+/// built-in voice, tokenizer extras) may be absent.
+pub fn download_checkpoint(variant: Variant, mtl: &MultilingualT3) -> Result<PathBuf> {
     download_files(variant.hub_repo(), &CheckpointFiles::of(variant, mtl))
+}
+
+/// Downloads (or finds in the cache) what voice conversion needs of `ResembleAI/chatterbox`
+/// (`s3gen.safetensors`, `conds.pt`) and returns their directory, for `ChatterboxVc::from_dir`.
+pub fn download_vc_checkpoint() -> Result<PathBuf> {
+    let files = CheckpointFiles {
+        ve: "s3gen.safetensors",
+        t3: "s3gen.safetensors".into(),
+        s3gen: "s3gen.safetensors",
+        tokenizer: crate::CONDS_FILE,
+        optional: &[],
+    };
+    download_files("ResembleAI/chatterbox", &files)
 }
 
 pub(crate) fn download_files(repo: &str, files: &CheckpointFiles) -> Result<PathBuf> {

@@ -8,6 +8,8 @@ mod draws;
 mod error;
 #[cfg(feature = "hub")]
 mod hub;
+#[cfg(feature = "hub")]
+pub use hub::{download_checkpoint, download_vc_checkpoint};
 mod memory;
 mod options;
 #[cfg(feature = "hub")]

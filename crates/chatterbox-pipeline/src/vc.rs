@@ -110,18 +110,14 @@ impl ChatterboxVc {
     }
 
     /// `from_pretrained(device)`: downloads `s3gen.safetensors` and `conds.pt` of
-    /// `ResembleAI/chatterbox` (cached) and loads them.
+    /// `ResembleAI/chatterbox` (cached) and loads them, with Perth's watermark on its output as
+    /// the reference's (weights from [`crate::find_perth_checkpoint`]; `with_watermarker(None)`
+    /// turns it off).
     #[cfg(feature = "hub")]
     pub fn from_hub(device: &Device, dtype: DType) -> Result<Self> {
-        let files = crate::checkpoint::CheckpointFiles {
-            ve: "s3gen.safetensors",
-            t3: "s3gen.safetensors".into(),
-            s3gen: "s3gen.safetensors",
-            tokenizer: CONDS_FILE,
-            optional: &[],
-        };
-        let dir = crate::hub::download_files("ResembleAI/chatterbox", &files)?;
-        Self::from_dir(dir, device, dtype)
+        let dir = crate::hub::download_vc_checkpoint()?;
+        let perth = crate::watermark::default_perth(device)?;
+        Ok(Self::from_dir(dir, device, dtype)?.with_watermarker(Some(perth)))
     }
 
     /// Wraps a loaded S3Gen and an optional default target voice.

@@ -139,6 +139,12 @@ pub fn perth_watermarker(path: &Path, device: &Device) -> Result<Arc<dyn Waterma
     Ok(Arc::new(wm))
 }
 
+/// Perth as `from_hub` plugs it in: [`find_perth_checkpoint`]`(None)` on `device`.
+#[cfg(feature = "hub")]
+pub(crate) fn default_perth(device: &Device) -> Result<Arc<dyn Watermarker>> {
+    perth_watermarker(&find_perth_checkpoint(None)?, device)
+}
+
 /// Where the Perth weights are looked for and, with the `hub` feature, downloaded to:
 /// `$HF_HOME/hub/resemble-perth-1.0.1/perth_net_250000.pth.tar` (`HF_HOME` defaults to
 /// `~/.cache/huggingface`), beside the hub's model files.

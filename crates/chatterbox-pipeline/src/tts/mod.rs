@@ -88,9 +88,9 @@ macro_rules! tts_methods {
             }
 
             /// Plugs in a watermarker applied to every output, as the reference applies Perth
-            /// (e.g. [`crate::perth_watermarker`]); `None` turns it off. A model loaded by
-            /// `from_dir` or `from_pretrained` has none until one is plugged in; the
-            /// `chatterbox` command plugs Perth in unless told `--no-watermark`.
+            /// (e.g. [`crate::perth_watermarker`]); `None` turns it off. `from_hub` plugs Perth
+            /// in, as the reference's `from_pretrained`; `from_dir` (offline, for tests and
+            /// parity) plugs none in.
             pub fn with_watermarker(mut self, w: Option<Arc<dyn Watermarker>>) -> Self {
                 self.core.watermark.set(w);
                 self
@@ -218,11 +218,14 @@ impl ChatterboxTts {
         Ok(Self { core })
     }
 
-    /// `from_pretrained(device)`: downloads `ResembleAI/chatterbox` (cached) and loads it.
+    /// `from_pretrained(device)`: downloads `ResembleAI/chatterbox` (cached) and loads it,
+    /// with Perth's watermark on its output as the reference's (weights from
+    /// [`crate::find_perth_checkpoint`]; `with_watermarker(None)` turns it off).
     #[cfg(feature = "hub")]
     pub fn from_hub(device: &Device, dtype: DType) -> Result<Self> {
-        let dir = crate::hub::download(Variant::English, &MultilingualT3::V2)?;
-        Self::from_dir(dir, device, dtype)
+        let dir = crate::hub::download_checkpoint(Variant::English, &MultilingualT3::V2)?;
+        let perth = crate::watermark::default_perth(device)?;
+        Ok(Self::from_dir(dir, device, dtype)?.with_watermarker(Some(perth)))
     }
 }
 tts_methods!(ChatterboxTts);
@@ -281,11 +284,12 @@ impl ChatterboxMultilingualTts {
     }
 
     /// `from_pretrained(device, t3_model)`: downloads `ResembleAI/chatterbox`'s multilingual
-    /// files (cached) and loads them.
+    /// files (cached) and loads them, watermarked with Perth as the reference's.
     #[cfg(feature = "hub")]
     pub fn from_hub(t3_model: &MultilingualT3, device: &Device, dtype: DType) -> Result<Self> {
-        let dir = crate::hub::download(Variant::Multilingual, t3_model)?;
-        Self::from_dir_with_model(dir, t3_model, device, dtype)
+        let dir = crate::hub::download_checkpoint(Variant::Multilingual, t3_model)?;
+        let perth = crate::watermark::default_perth(device)?;
+        Ok(Self::from_dir_with_model(dir, t3_model, device, dtype)?.with_watermarker(Some(perth)))
     }
 
     /// `get_supported_languages()`: `(id, name)` pairs.
@@ -345,12 +349,13 @@ impl ChatterboxTurboTts {
     }
 
     /// `from_pretrained(device, nano)`: downloads `ResembleAI/chatterbox-turbo` (or
-    /// `-nano`, cached) and loads it.
+    /// `-nano`, cached) and loads it, watermarked with Perth as the reference's.
     #[cfg(feature = "hub")]
     pub fn from_hub(nano: bool, device: &Device, dtype: DType) -> Result<Self> {
         let variant = if nano { Variant::Nano } else { Variant::Turbo };
-        let dir = crate::hub::download(variant, &MultilingualT3::V2)?;
-        Self::from_dir(dir, nano, device, dtype)
+        let dir = crate::hub::download_checkpoint(variant, &MultilingualT3::V2)?;
+        let perth = crate::watermark::default_perth(device)?;
+        Ok(Self::from_dir(dir, nano, device, dtype)?.with_watermarker(Some(perth)))
     }
 
     /// `prepare_conditionals(..., norm_loudness)`: whether reference clips are normalised to
