@@ -120,7 +120,7 @@ pub fn run(args: RandomCheckpointArgs) -> Result<i32> {
         files.join(", "),
     );
     let python = crate::venv::prepare(args.reference.as_deref())?;
-    let mut cmd = Command::new(python);
+    let mut cmd = Command::new(&python);
     cmd.arg(&script)
         .arg("--variant")
         .arg(name(&args.variant))
@@ -134,6 +134,35 @@ pub fn run(args: RandomCheckpointArgs) -> Result<i32> {
     eprintln!("+ {cmd:?}");
     let status = cmd.status().context("cannot start parity/checkpoints.py")?;
     anyhow::ensure!(status.success(), "writing the checkpoint failed ({status})");
+    copy_perth(&python, &args.out)?;
     eprintln!("checkpoint written to {}", args.out.display());
     Ok(0)
+}
+
+/// Copies Perth's real weights (the watermark; resemble-perth is in the parity venv) into the
+/// checkpoint directory, where `chatterbox --model-dir` finds them without a download.
+fn copy_perth(python: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    const FILE: &str = "perth_net_250000.pth.tar";
+    let found = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.util, os; s = importlib.util.find_spec('perth'); \
+             print(os.path.join(list(s.submodule_search_locations)[0], 'perth_net', \
+             'pretrained', 'implicit', 'perth_net_250000.pth.tar'))",
+        ])
+        .output()
+        .context("cannot ask the venv's python where resemble-perth is")?;
+    let src = std::path::PathBuf::from(String::from_utf8_lossy(&found.stdout).trim());
+    anyhow::ensure!(
+        found.status.success() && src.is_file(),
+        "resemble-perth's weights are not in the venv ({}): the watermark needs them",
+        src.display()
+    );
+    std::fs::copy(&src, out.join(FILE))
+        .with_context(|| format!("cannot copy {} into {}", src.display(), out.display()))?;
+    eprintln!(
+        "Perth's watermark weights copied: {}",
+        out.join(FILE).display()
+    );
+    Ok(())
 }

@@ -284,7 +284,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let config = config(&args, &planned)?;
     let dtype = device::dtype(args.dtype);
     let devices = devices(&args, dtype)?;
-    let perth = crate::watermark::checkpoint(&args.watermark)?;
+    let dirs: Vec<&std::path::Path> = planned
+        .iter()
+        .filter_map(|p| match &p.src {
+            Source::Dir(d) => Some(d.as_path()),
+            Source::Hub(_) => None,
+        })
+        .collect();
+    let from_hub = planned.iter().any(|p| matches!(p.src, Source::Hub(_)));
+    let perth = crate::watermark::checkpoint(&args.watermark, &dirs, from_hub)?;
     let failure = Arc::new(LoadFailure::default());
     let workers: Vec<DeviceModels> = devices
         .into_iter()

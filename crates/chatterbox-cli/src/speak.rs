@@ -261,7 +261,10 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         .as_deref()
         .map(japanese::load_reader)
         .transpose()?;
-    let perth = watermark::checkpoint(&rt.watermark)?;
+    let perth = match &src {
+        Source::Dir(d) => watermark::checkpoint(&rt.watermark, &[d.as_path()], false)?,
+        Source::Hub(_) => watermark::checkpoint(&rt.watermark, &[], true)?,
+    };
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);
     let progress = Progress::new(rt.quiet);

@@ -38,7 +38,10 @@ pub fn run(args: VcArgs) -> Result<()> {
     let config = rt.config.as_deref().map(read_config).transpose()?;
     let src = Source::resolve(rt.model_dir.as_deref(), "ResembleAI/chatterbox")?;
     preflight::check_vc_checkpoint(&src, args.target.is_none())?;
-    let perth = crate::watermark::checkpoint(&rt.watermark)?;
+    let perth = match &src {
+        Source::Dir(d) => crate::watermark::checkpoint(&rt.watermark, &[d.as_path()], false)?,
+        Source::Hub(_) => crate::watermark::checkpoint(&rt.watermark, &[], true)?,
+    };
     let progress = Progress::new(rt.quiet);
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype);

@@ -859,6 +859,31 @@ fn speech_is_watermarked_by_default_and_the_watermark_commands_work() -> R<()> {
     assert!(!err.contains("Loading"), "{err}");
     assert!(!out.join("never.wav").exists());
 
+    // with --model-dir nothing is downloaded: the model directory and the cache are named
+    let empty_home = tempfile::tempdir()?;
+    let home = empty_home.path().to_string_lossy().into_owned();
+    let o = chatterbox_with(&args(&out.join("never.wav")), &[("HF_HOME", home.as_str())])?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("nothing is downloaded") && err.contains(p(&s.dir)),
+        "{err}"
+    );
+    assert!(err.contains(home.as_str()), "{err}");
+    // ... and the weights in the model directory are found there
+    std::fs::copy(&perth, s.dir.join("perth_net_250000.pth.tar"))?;
+    let beside = out.join("beside.wav");
+    ok(&chatterbox_with(
+        &args(&beside),
+        &[("HF_HOME", home.as_str())],
+    )?)?;
+    assert_eq!(
+        read(&beside)?,
+        a,
+        "the same weights, the same watermarked audio"
+    );
+    std::fs::remove_file(s.dir.join("perth_net_250000.pth.tar"))?;
+
     // `watermark apply` then `detect`: one line per file, status 0 (all marked) or 3
     let applied = out.join("applied.wav");
     let o = chatterbox_with(
