@@ -59,12 +59,12 @@ impl Conditionals {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let temp = tempfile::Builder::new()
-            .prefix(".voice-")
-            .suffix(".partial")
-            .tempfile_in(dir)
-            .map_err(io)?
-            .into_temp_path();
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".voice-").suffix(".partial");
+        // a user's file's permissions (0666 less the umask), not a temporary file's 0600
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let temp = builder.tempfile_in(dir).map_err(io)?.into_temp_path();
         candle_core::safetensors::save(&map, &temp)
             .map_err(|e| io(std::io::Error::other(e.to_string())))?;
         std::fs::File::open(&temp)

@@ -173,11 +173,14 @@ fn partial_file(given: &Path, suffix: &str) -> Result<(PathBuf, File, tempfile::
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "audio".into());
-    let named = tempfile::Builder::new()
-        .prefix(&format!("{stem}.partial-"))
-        .suffix(suffix)
-        .tempfile_in(&dir)
-        .map_err(io)?;
+    let prefix = format!("{stem}.partial-");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(suffix);
+    // The permissions of a file the user creates (0666 less the umask), not a temporary
+    // file's 0600: the output keeps them after the rename.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let named = builder.tempfile_in(&dir).map_err(io)?;
     let (file, temp) = named.into_parts();
     Ok((dest, file, temp))
 }
@@ -502,6 +505,17 @@ mod tests {
             vec!["out.wav"],
             "no temporary file left"
         );
+        // the output has the permissions of a file created by the user, not 0600
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let plain = dir.path().join("plain");
+            std::fs::File::create(&plain)?;
+            let mode = |p: &Path| -> std::io::Result<u32> {
+                Ok(std::fs::metadata(p)?.permissions().mode() & 0o777)
+            };
+            assert_eq!(mode(&dest)?, mode(&plain)?);
+        }
         Ok(())
     }
 
