@@ -2,6 +2,7 @@
 //! 5de7a54) as a token stream: one token per `next()`, so a pipeline can start on the first
 //! tokens while T3 keeps generating.
 use crate::alignment::{AlignmentAnalysisResult, AlignmentAnalyzerConfig, AlignmentRun};
+use crate::batch::RowParams;
 use crate::decode::{AttentionSpan, DecodeStep};
 use crate::graph::DecodeGraphs;
 use crate::sampling::{LogitsProcessorList, Sampler, Sampling, TokenPicker};
@@ -123,25 +124,27 @@ pub const DEFAULT_GRAPH_BUCKET: usize = 256;
 /// Each `next()` feeds the previous token through the model (one decode step), then draws: the
 /// first token comes from the prefill done at creation.
 pub struct TokenStream<'a> {
-    model: &'a T3,
-    step: DecodeStep,
-    processors: LogitsProcessorList,
-    picker: TokenPicker,
-    sampler: Sampler,
-    prefix_len: usize,
+    pub(crate) model: &'a T3,
+    pub(crate) step: DecodeStep,
+    pub(crate) processors: LogitsProcessorList,
+    pub(crate) picker: TokenPicker,
+    pub(crate) sampler: Sampler,
+    pub(crate) prefix_len: usize,
     /// Speech position of the first fed token (English: 1; Turbo: unused).
-    speech_pos_base: usize,
-    turbo: bool,
-    stop_token: Option<u32>,
-    max_tokens: usize,
-    drawn: usize,
-    fed: usize,
-    pending: Option<u32>,
-    stopped_on_eos: bool,
-    finished: bool,
-    bucket: Option<usize>,
-    graphs: Option<DecodeGraphs>,
-    alignment: Option<AlignmentRun>,
+    pub(crate) speech_pos_base: usize,
+    pub(crate) turbo: bool,
+    pub(crate) stop_token: Option<u32>,
+    pub(crate) max_tokens: usize,
+    pub(crate) drawn: usize,
+    pub(crate) fed: usize,
+    pub(crate) pending: Option<u32>,
+    pub(crate) stopped_on_eos: bool,
+    pub(crate) finished: bool,
+    pub(crate) bucket: Option<usize>,
+    pub(crate) graphs: Option<DecodeGraphs>,
+    pub(crate) alignment: Option<AlignmentRun>,
+    /// The sampling parameters, as a batched decoder's rows read them.
+    pub(crate) params: RowParams,
 }
 
 impl<'a> TokenStream<'a> {
@@ -189,6 +192,13 @@ impl<'a> TokenStream<'a> {
     /// Processed scores `[1, vocab]` the latest token was drawn from.
     pub fn processed_logits(&self) -> &Tensor {
         self.step.processed()
+    }
+
+    /// The distribution the latest token was drawn from: `softmax` of
+    /// [`TokenStream::processed_logits`], f32 `[1, vocab]` (zero where a processor removed the
+    /// token; the sampled token follows it exactly, greedy takes its argmax).
+    pub fn probabilities(&self) -> Result<Tensor> {
+        Ok(candle_nn::ops::softmax_last_dim(self.step.processed())?)
     }
 
     /// Tokens drawn so far.
@@ -372,6 +382,36 @@ impl T3 {
         Ok(())
     }
 
+    /// The prompt [`T3::generate`] prefills (English and multilingual): `[cond | text | BOS]`
+    /// from [`T3::prepare_input_embeds`] with the start-of-speech embedding appended once more
+    /// at speech position 0 (the reference's double BOS), `[B, len, C]`; `B = 2` with `cfg`
+    /// (row 1 unconditional). Generated token `i` then goes at sequence position `len + i`
+    /// and speech position `i + 1` (see [`crate::DecodeStep::set_inputs`]): with
+    /// [`crate::DecodeStep`] this is the whole loop of `T3.inference`, step by step, for
+    /// callers that sample, guide or batch on their own.
+    pub fn generation_embeds(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        cfg: bool,
+    ) -> Result<Tensor> {
+        if self.config().is_gpt() {
+            return Err(T3Error::WrongVariant {
+                expected: "English or multilingual (Llama)",
+                reason: "a GPT-2 T3 prompt is prepare_input_embeds(cond, text, [start], false)"
+                    .into(),
+            });
+        }
+        self.ensure_bot_eot(text_tokens)?;
+        let start = self.config().start_speech_token;
+        let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], cfg)?;
+        let dev = self.device();
+        let bos =
+            self.speech_step_embed(&Tensor::new(&[start], dev)?, &Tensor::new(&[0u32], dev)?)?;
+        let (b, _, c) = embeds.dims3()?;
+        Ok(Tensor::cat(&[&embeds, &bos.broadcast_as((b, 1, c))?], 1)?)
+    }
+
     /// `inference` as a stream (English and multilingual): `cond_emb` from
     /// [`T3::prepare_conditioning`], `text_tokens` with SOT/EOT (see [`T3::pad_text_tokens`]).
     ///
@@ -384,6 +424,18 @@ impl T3 {
         text_tokens: &[u32],
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>> {
+        self.start_generate(cond_emb, text_tokens, opts, false)
+    }
+
+    /// [`T3::generate`]; with `prefill_only`, the caches hold only the prompt and one more
+    /// position (enough for the first draw: a batched decoder takes the rest).
+    pub(crate) fn start_generate(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &GenerateOptions,
+        prefill_only: bool,
+    ) -> Result<TokenStream<'_>> {
         let hp = self.config();
         if hp.is_gpt() {
             return Err(T3Error::WrongVariant {
@@ -391,15 +443,11 @@ impl T3 {
                 reason: "a GPT-2 T3 generates with generate_turbo".into(),
             });
         }
-        self.ensure_bot_eot(text_tokens)?;
         let cfg = opts.cfg_weight > 0.0;
         let start = hp.start_speech_token;
-        let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], cfg)?;
+        let embeds = self.generation_embeds(cond_emb, text_tokens, cfg)?;
         let dev = self.device();
-        let bos =
-            self.speech_step_embed(&Tensor::new(&[start], dev)?, &Tensor::new(&[0u32], dev)?)?;
-        let (b, _, c) = embeds.dims3()?;
-        let embeds = Tensor::cat(&[&embeds, &bos.broadcast_as((b, 1, c))?], 1)?;
+        let b = embeds.dim(0)?;
         let prefix_len = embeds.dim(1)?;
         let max = opts.max_new_tokens;
         if max > hp.speech_positions() {
@@ -409,8 +457,8 @@ impl T3 {
                 max: hp.speech_positions(),
             });
         }
-        let capacity = prefix_len + max.max(1);
-        self.check_len(capacity)?;
+        self.check_len(prefix_len + max.max(1))?;
+        let capacity = prefix_len + if prefill_only { 1 } else { max.max(1) };
         let mut step = DecodeStep::new(self, b, capacity, cfg.then_some(opts.cfg_weight))?;
         let vocab = hp.speech_tokens_dict_size;
         let processors = LogitsProcessorList::t3(
@@ -457,6 +505,15 @@ impl T3 {
             bucket: None,
             graphs: None,
             alignment,
+            params: RowParams {
+                cfg_weight: if cfg { opts.cfg_weight } else { 0.0 },
+                repetition_penalty: opts.repetition_penalty,
+                temperature: opts.temperature,
+                min_p: opts.min_p,
+                top_p_threshold: (1.0 - opts.top_p as f64) as f32,
+                top_p_on: true,
+                top_k: vocab,
+            },
         })
         .map(|mut s| {
             if opts.cuda_graphs && s.alignment.is_none() {
@@ -485,6 +542,17 @@ impl T3 {
         text_tokens: &[u32],
         opts: &TurboOptions,
     ) -> Result<TokenStream<'_>> {
+        self.start_turbo(cond_emb, text_tokens, opts, false)
+    }
+
+    /// [`T3::generate_turbo`]; `prefill_only` as in [`T3::start_generate`].
+    pub(crate) fn start_turbo(
+        &self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &TurboOptions,
+        prefill_only: bool,
+    ) -> Result<TokenStream<'_>> {
         let hp = self.config();
         if !hp.is_gpt() {
             return Err(T3Error::WrongVariant {
@@ -495,8 +563,8 @@ impl T3 {
         let start = hp.start_speech_token;
         let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], false)?;
         let prefix_len = embeds.dim(1)?;
-        let capacity = prefix_len + opts.max_gen_len;
-        self.check_len(capacity)?;
+        self.check_len(prefix_len + opts.max_gen_len)?;
+        let capacity = prefix_len + if prefill_only { 1 } else { opts.max_gen_len };
         let dev = self.device();
         let mut step = DecodeStep::new(self, 1, capacity, None)?;
         let vocab = hp.speech_tokens_dict_size;
@@ -529,6 +597,23 @@ impl T3 {
             bucket: None,
             graphs: None,
             alignment: None,
+            params: RowParams {
+                cfg_weight: 0.0,
+                repetition_penalty: opts.repetition_penalty,
+                temperature: if opts.temperature > 0.0 {
+                    opts.temperature
+                } else {
+                    1.0
+                },
+                min_p: 0.0,
+                top_p_threshold: if opts.top_p < 1.0 {
+                    (1.0 - opts.top_p as f64) as f32
+                } else {
+                    0.0
+                },
+                top_p_on: opts.top_p < 1.0,
+                top_k: if opts.top_k > 0 { opts.top_k } else { vocab },
+            },
         })
         .map(|mut s| {
             if opts.cuda_graphs {

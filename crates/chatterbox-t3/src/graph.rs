@@ -87,7 +87,8 @@ impl DecodeGraphs {
             if let Some((_, g)) = self.graphs.iter().find(|(l, _)| *l == len) {
                 return g.launch();
             }
-            match cuda::capture(step, &eager)? {
+            let dev = step.device().clone();
+            match cuda::capture(&dev, &mut || eager(step))? {
                 Some(g) => {
                     tracing::debug!(bucket = len, "captured a T3 decode graph");
                     self.graphs.push((len, g));
@@ -105,21 +106,20 @@ impl DecodeGraphs {
 }
 
 #[cfg(feature = "cuda")]
-mod cuda {
-    use crate::decode::DecodeStep;
+pub(crate) mod cuda {
     use crate::{Result, T3Error};
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, DriverError};
 
     /// An instantiated graph. It is used only through `&mut` of its owner, never from two
     /// threads at once, which is what the CUDA driver requires of graph objects.
-    pub(super) struct Graph(CudaGraph);
+    pub(crate) struct Graph(CudaGraph);
 
     // SAFETY: a graph may move to another thread; it is only ever launched through its owner
     // (no shared access), so calls on it are serialised as the CUDA driver requires.
     unsafe impl Send for Graph {}
 
     impl Graph {
-        pub(super) fn launch(&self) -> Result<()> {
+        pub(crate) fn launch(&self) -> Result<()> {
             self.0.launch().map_err(driver)
         }
     }
@@ -132,14 +132,14 @@ mod cuda {
     /// the step makes is cached), then captures a second run of it into a graph without
     /// executing it. Returns `None`, after logging why, when the capture fails (e.g. a device
     /// created on its own stream with event tracking on); the step has run either way.
-    pub(super) fn capture(
-        step: &mut DecodeStep,
-        eager: &dyn Fn(&mut DecodeStep) -> Result<()>,
+    pub(crate) fn capture(
+        dev: &candle_core::Device,
+        eager: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Option<Graph>> {
-        let dev = step.device().as_cuda_device()?.clone();
+        let dev = dev.as_cuda_device()?.clone();
         let stream = dev.cuda_stream();
         let _cache = dev.enable_cuda_graph_htod_cache();
-        eager(step)?;
+        eager()?;
         stream.synchronize().map_err(driver)?;
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         if let Err(e) = stream.begin_capture(mode) {
@@ -147,7 +147,7 @@ mod cuda {
             return Ok(None);
         }
         // Always end the capture, even when the step failed inside it.
-        let captured = eager(step);
+        let captured = eager();
         let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         match (captured, graph) {
             (Ok(()), Ok(Some(g))) => {

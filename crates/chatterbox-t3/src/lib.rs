@@ -2,6 +2,7 @@
 
 mod alignment;
 mod backbone;
+mod batch;
 mod cond_enc;
 mod config;
 mod decode;
@@ -18,6 +19,7 @@ pub use alignment::{
 pub use backbone::{
     llama3_inv_freq, Backbone, GPT2Model, KvCache, Linear, LlamaModel, RotaryTables, StepIndex,
 };
+pub use batch::{BatchDecoder, BatchEvent, BatchOptions, RequestId};
 pub use cond_enc::{Perceiver, T3Cond, T3CondEnc};
 pub use config::{BackboneConfig, GPT2Config, LlamaConfig, PerceiverConfig, RopeScaling, T3Config};
 pub use decode::{AttentionSpan, DecodeStep};

@@ -9,21 +9,25 @@ use candle_core::{DType, Device, Tensor};
 pub struct StepIndex {
     /// Host copy of the sequence position (bookkeeping; the eager attention length).
     pub pos: usize,
-    /// The sequence position, u32 `[1]` on the device (RoPE rows, GPT-2 `wpe` row).
+    /// The sequence position(s), u32 `[1]` or `[batch]` on the device (RoPE rows, GPT-2 `wpe`
+    /// rows).
     pub pos_dev: Tensor,
     /// The position broadcast to `[batch, heads, 1, head_dim]` (u32): where the KV write goes.
     pub kv_index: Tensor,
     /// Cache positions the attention reads: `pos + 1` when run eagerly, a fixed bucket size
     /// when replayed as a graph.
     pub attend: usize,
-    /// Additive f32 mask `[1, 1, 1, attend]` (0 up to `pos`, `-inf` after) when `attend` is a
-    /// bucket larger than `pos + 1`; `None` when every attended position is valid.
+    /// Additive f32 mask `[1 or batch, 1, 1, attend]` (0 up to each row's position, `-inf`
+    /// after) when `attend` is a bucket larger than `pos + 1`; `None` when every attended
+    /// position is valid.
     pub mask: Option<Tensor>,
 }
 
 impl StepIndex {
-    /// Builds the indices for device position `pos_dev` (u32 `[1]`), reading `attend` cache
-    /// positions with an optional additive `mask` (see [`StepIndex::mask`]).
+    /// Builds the indices for device positions `pos_dev` (u32 `[1]`, one position for every
+    /// row, or `[batch]`, one per row: a batch of requests at different positions), reading
+    /// `attend` cache positions with an optional additive `mask` (`[1 or batch, 1, 1,
+    /// attend]`). `pos` is the host copy of the (largest) position.
     pub fn new(
         pos: usize,
         pos_dev: &Tensor,
@@ -32,8 +36,15 @@ impl StepIndex {
         mask: Option<Tensor>,
     ) -> Result<Self> {
         let (batch, heads, head_dim) = shape;
+        let n = pos_dev.elem_count();
+        if n != 1 && n != batch {
+            return Err(crate::error::invalid(
+                "step positions",
+                format!("{n} positions for {batch} rows"),
+            ));
+        }
         let kv_index = pos_dev
-            .reshape((1, 1, 1, 1))?
+            .reshape((n, 1, 1, 1))?
             .broadcast_as((batch, heads, 1, head_dim))?
             .contiguous()?;
         Ok(Self {

@@ -248,6 +248,8 @@ impl GPT2Model {
         caches: &mut [KvCache],
     ) -> Result<Tensor> {
         let pos_emb = self.wpe.index_select(&step.pos_dev, 0)?;
+        // `[n, 1, C]`: one row for every batch row, or one per row
+        let pos_emb = pos_emb.unsqueeze(1)?;
         let mut x = embed.broadcast_add(&pos_emb)?;
         for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
             let a = block.attn.decode(&block.ln_1.forward(&x)?, step, cache)?;

@@ -60,6 +60,39 @@ impl KvCache {
         &self.v
     }
 
+    /// The first `rows` batch rows as a cache of their own that shares this one's storage
+    /// (a batched step over the occupied slots only).
+    pub(crate) fn first_rows(&self, rows: usize) -> Result<Self> {
+        Ok(Self {
+            k: self.k.narrow(0, 0, rows)?,
+            v: self.v.narrow(0, 0, rows)?,
+            len: self.len,
+        })
+    }
+
+    /// Copies positions `0..len` of `src` (`[b, H, >= len, D]`, `b` = `rows` or 1) into rows
+    /// `row..row + rows` of this cache, in place.
+    pub(crate) fn copy_rows_from(
+        &self,
+        src: &KvCache,
+        len: usize,
+        row: usize,
+        rows: usize,
+    ) -> Result<()> {
+        self.check_room(len)?;
+        for (dst, src) in [(&self.k, &src.k), (&self.v, &src.v)] {
+            let (b, h, _, d) = src.dims4()?;
+            let s = src.narrow(2, 0, len)?;
+            let s = if b == rows {
+                s.contiguous()?
+            } else {
+                s.broadcast_as((rows, h, len, d))?.contiguous()?
+            };
+            dst.narrow(0, row, rows)?.slice_set(&s, 2, 0)?;
+        }
+        Ok(())
+    }
+
     /// Writes `[B, H, T, D]` keys and values at positions `len..len + T` (host offset: prefill).
     /// A batch-1 chunk is written to every row (a prefix shared by the CFG rows).
     pub(crate) fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {

@@ -383,6 +383,14 @@ impl LlamaModel {
         mut spy: Option<Spies<'_>>,
     ) -> Result<Tensor> {
         let (cos, sin) = self.rope.at(&step.pos_dev)?;
+        let (cos, sin) = match step.pos_dev.elem_count() {
+            1 => (cos, sin),
+            // one position per row: `[B, 1, D / 2]` tables (candle's batched RoPE)
+            n => {
+                let half = cos.dim(1)?;
+                (cos.reshape((n, 1, half))?, sin.reshape((n, 1, half))?)
+            }
+        };
         let mut x = embed.clone();
         let mut heads = Vec::new();
         for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {

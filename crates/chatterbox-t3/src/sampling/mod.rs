@@ -4,7 +4,7 @@
 mod cuda_top_k_top_p;
 mod cumsum;
 mod history;
-mod processors;
+pub(crate) mod processors;
 
 pub use cumsum::BlockCumsum;
 pub use history::TokenHistory;

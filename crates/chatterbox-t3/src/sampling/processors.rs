@@ -10,13 +10,18 @@ fn scalar(v: f32, dev: &Device) -> Result<Tensor> {
     Ok(Tensor::new(&[[v]], dev)?)
 }
 
-/// `scores.arg_sort_last_dim(ascending)`, on the host when `scores` is on a Metal device:
+/// `scores.arg_sort_last_dim(ascending)`, on the host when `scores` is on a Metal device (or
+/// too wide for CUDA's sort, below):
 /// candle's Metal sort keeps a whole row in one threadgroup, which a vocabulary-sized row
 /// (6563-8194 ids) overflows, and it returns wrong indices without an error
 /// (huggingface/candle#2570). One `[1, vocab]` copy each way per step.
-fn arg_sort_last_dim(scores: &Tensor, ascending: bool) -> Result<Tensor> {
+pub(crate) fn arg_sort_last_dim(scores: &Tensor, ascending: bool) -> Result<Tensor> {
     let dev = scores.device();
-    if dev.is_metal() {
+    // candle's CUDA sort also keeps a row (padded to a power of two) in shared memory: past
+    // 8192 columns (English's 8194 ids) it needs 64 KiB, more than a launch may ask for
+    // without opting in, and the launch fails (CUDA_ERROR_INVALID_VALUE).
+    let too_wide = dev.is_cuda() && scores.dim(D::Minus1)? > 8192;
+    if dev.is_metal() || too_wide {
         let host = scores.to_device(&Device::Cpu)?;
         return Ok(host.arg_sort_last_dim(ascending)?.to_device(dev)?);
     }
@@ -370,6 +375,13 @@ impl LogitsProcessorList {
             ));
         }
         Ok(Self(v))
+    }
+
+    /// The probabilities after every processor: `softmax(process(history, scores))`, `[rows,
+    /// vocab]` (what the draw samples from).
+    pub fn probabilities(&self, history: &TokenHistory, scores: &Tensor) -> Result<Tensor> {
+        let processed = self.process(history, scores)?;
+        Ok(candle_nn::ops::softmax_last_dim(&processed.contiguous()?)?)
     }
 
     /// Applies every processor in order (a top-k directly followed by a top-p shares one

@@ -1,0 +1,658 @@
+//! Continuous batching of T3 generations: many requests decode together, one batched step per
+//! token, joining and leaving at token boundaries. Each request gives exactly the tokens its
+//! own [`TokenStream`] would (the loops of `T3.inference` / `T3.inference_turbo` in
+//! chatterbox/models/t3/t3.py, upstream 5de7a54, run side by side).
+//!
+//! A request's prompt is prefilled and its first token drawn on its own (the prefill is the
+//! one long, compute-bound pass; the first draw is the stream's own), then its KV cache, token
+//! history, sampling parameters and random generator move into a *slot*: rows of caches and
+//! buffers preallocated for the decoder's lifetime. Each [`BatchDecoder::step`] feeds every
+//! occupied slot's latest token at its own position (per-row RoPE rows, cache writes and
+//! attention masks, all device-side) and draws every slot's next token with its own
+//! processors; the host reads one `[slots]` vector of ids per step. On CUDA a step is captured
+//! as a graph per (slot-count bucket, attention bucket) and replayed.
+mod select;
+
+pub(crate) use select::RowParams;
+
+use crate::backbone::{KvCache, StepIndex};
+use crate::generate::{GenerateOptions, TokenStream, TurboOptions, DEFAULT_GRAPH_BUCKET};
+use crate::sampling::Sampler;
+use crate::t3::T3;
+use crate::{Result, T3Error};
+use candle_core::{DType, Device, Tensor};
+use select::{BatchSelect, Order};
+
+/// A request's handle in a [`BatchDecoder`], unique over the decoder's lifetime.
+pub type RequestId = u64;
+
+/// What one request did in an admission or a step.
+#[derive(Debug)]
+pub enum BatchEvent {
+    /// The request drew a token (the stop token included, as [`TokenStream`] yields it).
+    Token {
+        /// The request.
+        id: RequestId,
+        /// The drawn id.
+        token: u32,
+    },
+    /// The request ended and left its slot.
+    Finished {
+        /// The request.
+        id: RequestId,
+        /// Whether it ended on the stop token (else on its token limit, or Turbo's
+        /// all-`-inf` stop).
+        stopped_on_eos: bool,
+    },
+    /// The request failed and left its slot (the others go on).
+    Failed {
+        /// The request.
+        id: RequestId,
+        /// Why.
+        error: T3Error,
+    },
+}
+
+/// Sizes of a [`BatchDecoder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchOptions {
+    /// Requests decoded at once. Default: 16.
+    pub slots: usize,
+    /// Sequence positions per request (prompt plus generated tokens); a request needing more
+    /// is refused at admission. Default: 1500.
+    pub positions: usize,
+    /// Attention-length bucket (positions) of the masked attention; each step attends over
+    /// the smallest multiple covering its longest request. Default: [`DEFAULT_GRAPH_BUCKET`].
+    pub bucket: usize,
+    /// On CUDA, replay steps as CUDA graphs (one per slot-count and attention bucket).
+    /// Default: `true`.
+    pub cuda_graphs: bool,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        Self {
+            slots: 16,
+            positions: 1500,
+            bucket: DEFAULT_GRAPH_BUCKET,
+            cuda_graphs: true,
+        }
+    }
+}
+
+impl BatchOptions {
+    /// Sets [`BatchOptions::slots`].
+    pub fn with_slots(mut self, slots: usize) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// Sets [`BatchOptions::positions`].
+    pub fn with_positions(mut self, positions: usize) -> Self {
+        self.positions = positions;
+        self
+    }
+
+    /// Sets [`BatchOptions::bucket`].
+    pub fn with_bucket(mut self, bucket: usize) -> Self {
+        self.bucket = bucket;
+        self
+    }
+
+    /// Sets [`BatchOptions::cuda_graphs`].
+    pub fn with_cuda_graphs(mut self, on: bool) -> Self {
+        self.cuda_graphs = on;
+        self
+    }
+}
+
+/// The host state of an occupied slot.
+#[derive(Debug)]
+struct Slot {
+    id: RequestId,
+    sampler: Sampler,
+    prefix_len: usize,
+    speech_pos_base: usize,
+    turbo: bool,
+    stop_token: Option<u32>,
+    max_tokens: usize,
+    drawn: usize,
+    fed: usize,
+    /// The latest drawn token, fed by the next step.
+    pending: u32,
+}
+
+impl Slot {
+    fn seq_pos(&self) -> usize {
+        self.prefix_len + self.fed
+    }
+
+    fn speech_pos(&self) -> usize {
+        if self.turbo {
+            0
+        } else {
+            self.speech_pos_base + self.fed
+        }
+    }
+}
+
+/// The device buffers of the batch (slot-major rows; `rows_per_slot` rows per slot).
+#[derive(Debug)]
+struct Buffers {
+    /// u32 `[slots, 3]`: fed token, sequence position, speech position.
+    inputs: Tensor,
+    /// f32 `[slots, vocab]`: Gumbel noise (zeros for greedy rows).
+    noise: Tensor,
+    /// f32 `[slots * rows_per_slot, vocab]`.
+    logits: Tensor,
+    /// f32 `[slots, vocab]`.
+    processed: Tensor,
+    /// u32 `[slots, 1]`.
+    token: Tensor,
+    /// u32 `[slots, vocab]`: ids each slot's repetition penalty sees.
+    history: Tensor,
+    /// u32 `[slots, 1]` ones (history writes).
+    ones: Tensor,
+    caches: Vec<KvCache>,
+    /// u32 `0..positions`, and the values of a valid and a masked score.
+    arange: Tensor,
+    mask_zero: Tensor,
+    mask_ninf: Tensor,
+}
+
+/// Continuous batching over one T3 model: see the module docs. Created by
+/// [`BatchDecoder::new`]; requests join with [`BatchDecoder::admit_generate`] /
+/// [`BatchDecoder::admit_turbo`] and advance with [`BatchDecoder::step`].
+pub struct BatchDecoder<'a> {
+    model: &'a T3,
+    opts: BatchOptions,
+    rows_per_slot: usize,
+    vocab: usize,
+    buf: Buffers,
+    select: BatchSelect,
+    slots: Vec<Option<Slot>>,
+    next_id: RequestId,
+    host_inputs: Vec<u32>,
+    host_noise: Vec<f32>,
+    /// Captured steps by (slots, attention positions, whether scores are sorted).
+    #[cfg(feature = "cuda")]
+    graphs: Vec<((usize, usize, bool), crate::graph::cuda::Graph)>,
+    graphs_on: bool,
+}
+
+impl std::fmt::Debug for BatchDecoder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchDecoder")
+            .field("opts", &self.opts)
+            .field("active", &self.active())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> BatchDecoder<'a> {
+    /// Preallocates `opts.slots` requests of `opts.positions` positions on the model's device:
+    /// KV caches of `slots × rows × positions` (2 rows per request for English and
+    /// multilingual, which always run the CFG pair; 1 for Turbo and Nano).
+    pub fn new(model: &'a T3, opts: BatchOptions) -> Result<Self> {
+        if opts.slots == 0 || opts.positions < 2 || opts.bucket == 0 {
+            return Err(crate::error::invalid(
+                "batch options",
+                format!(
+                    "{} slots of {} positions, bucket {} (each must be positive, positions >= 2)",
+                    opts.slots, opts.positions, opts.bucket
+                ),
+            ));
+        }
+        let max = model.backbone().max_positions();
+        if opts.positions > max {
+            return Err(T3Error::SequenceTooLong {
+                what: "backbone positions",
+                len: opts.positions,
+                max,
+            });
+        }
+        let turbo = model.config().is_gpt();
+        let rows_per_slot = if turbo { 1 } else { 2 };
+        let dev = model.device();
+        let vocab = model.config().speech_tokens_dict_size;
+        let s = opts.slots;
+        let buf = Buffers {
+            inputs: Tensor::zeros((s, 3), DType::U32, dev)?,
+            noise: Tensor::zeros((s, vocab), DType::F32, dev)?,
+            logits: Tensor::zeros((s * rows_per_slot, vocab), DType::F32, dev)?,
+            processed: Tensor::zeros((s, vocab), DType::F32, dev)?,
+            token: Tensor::zeros((s, 1), DType::U32, dev)?,
+            history: Tensor::zeros((s, vocab), DType::U32, dev)?,
+            ones: Tensor::ones((s, 1), DType::U32, dev)?,
+            caches: model.backbone().new_caches(
+                s * rows_per_slot,
+                opts.positions,
+                model.dtype(),
+                dev,
+            )?,
+            arange: Tensor::arange(0u32, opts.positions as u32, dev)?,
+            mask_zero: Tensor::zeros(1, DType::F32, dev)?,
+            mask_ninf: Tensor::new(&[f32::NEG_INFINITY], dev)?,
+        };
+        let order = if turbo { Order::Turbo } else { Order::English };
+        Ok(Self {
+            model,
+            rows_per_slot,
+            vocab,
+            select: BatchSelect::new(order, s, vocab, dev)?,
+            slots: (0..s).map(|_| None).collect(),
+            next_id: 0,
+            host_inputs: vec![0; s * 3],
+            host_noise: vec![0.0; s * vocab],
+            #[cfg(feature = "cuda")]
+            graphs: Vec::new(),
+            graphs_on: opts.cuda_graphs && cfg!(feature = "cuda") && dev.is_cuda(),
+            opts,
+            buf,
+        })
+    }
+
+    /// Bytes of device memory a decoder with `opts` preallocates for `model` (KV caches and
+    /// per-slot buffers; the step's transient activations come on top).
+    pub fn memory_bytes(model: &T3, opts: &BatchOptions) -> usize {
+        let (layers, heads, head_dim) = model.backbone().cache_shape();
+        let rows = if model.config().is_gpt() { 1 } else { 2 };
+        let vocab = model.config().speech_tokens_dict_size;
+        let kv = 2 * layers * heads * head_dim * opts.positions * rows * opts.slots;
+        kv * model.dtype().size_in_bytes() + opts.slots * vocab * 4 * (4 + rows)
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &BatchOptions {
+        &self.opts
+    }
+
+    /// Requests decoding now.
+    pub fn active(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Whether a request can join now.
+    pub fn has_room(&self) -> bool {
+        self.slots.iter().any(Option::is_none)
+    }
+
+    /// Whether steps replay as CUDA graphs (on a CUDA device with the option on, until a
+    /// capture fails).
+    pub fn uses_cuda_graphs(&self) -> bool {
+        self.graphs_on
+    }
+
+    /// CUDA graphs captured so far.
+    pub fn cuda_graphs_captured(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        return self.graphs.len();
+        #[cfg(not(feature = "cuda"))]
+        0
+    }
+
+    /// Starts an English or multilingual request (the arguments of [`T3::generate`]): prefills
+    /// it, draws its first token, and seats it in a free slot unless it already ended. The
+    /// alignment-stream analyzer is not batched (run such a request with [`T3::generate`]).
+    pub fn admit_generate(
+        &mut self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<(RequestId, Vec<BatchEvent>)> {
+        if opts.alignment.is_some() {
+            return Err(crate::error::invalid(
+                "batched request",
+                "the alignment-stream analyzer runs only in a request of its own (T3::generate)"
+                    .to_string(),
+            ));
+        }
+        self.check_room(opts.max_new_tokens)?;
+        let stream = self
+            .model
+            .start_generate(cond_emb, text_tokens, opts, true)?;
+        self.admit(stream)
+    }
+
+    /// Starts a Turbo or Nano request (the arguments of [`T3::generate_turbo`]); see
+    /// [`BatchDecoder::admit_generate`].
+    pub fn admit_turbo(
+        &mut self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &TurboOptions,
+    ) -> Result<(RequestId, Vec<BatchEvent>)> {
+        self.check_room(opts.max_gen_len + 1)?;
+        let stream = self.model.start_turbo(cond_emb, text_tokens, opts, true)?;
+        self.admit(stream)
+    }
+
+    fn check_room(&self, max_tokens: usize) -> Result<()> {
+        if !self.has_room() {
+            return Err(crate::error::invalid(
+                "batched request",
+                format!("all {} slots are taken (check has_room)", self.opts.slots),
+            ));
+        }
+        if max_tokens >= self.opts.positions {
+            return Err(T3Error::SequenceTooLong {
+                what: "batch slot positions",
+                len: max_tokens,
+                max: self.opts.positions,
+            });
+        }
+        Ok(())
+    }
+
+    fn admit(&mut self, mut stream: TokenStream<'a>) -> Result<(RequestId, Vec<BatchEvent>)> {
+        let need = stream.prefix_len + stream.max_tokens;
+        if need > self.opts.positions {
+            return Err(T3Error::SequenceTooLong {
+                what: "batch slot positions",
+                len: need,
+                max: self.opts.positions,
+            });
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut events = Vec::new();
+        let first = match stream.next() {
+            None => {
+                events.push(BatchEvent::Finished {
+                    id,
+                    stopped_on_eos: false,
+                });
+                return Ok((id, events));
+            }
+            Some(Err(e)) => return Err(e),
+            Some(Ok(t)) => t,
+        };
+        events.push(BatchEvent::Token { id, token: first });
+        if stream.finished || stream.drawn >= stream.max_tokens {
+            events.push(BatchEvent::Finished {
+                id,
+                stopped_on_eos: stream.stopped_on_eos,
+            });
+            return Ok((id, events));
+        }
+        let slot =
+            self.slots.iter().position(Option::is_none).ok_or_else(|| {
+                crate::error::invalid("batched request", "no free slot".to_string())
+            })?;
+        self.seat(&stream, slot)?;
+        self.slots[slot] = Some(Slot {
+            id,
+            sampler: stream.sampler.clone(),
+            prefix_len: stream.prefix_len,
+            speech_pos_base: stream.speech_pos_base,
+            turbo: stream.turbo,
+            stop_token: stream.stop_token,
+            max_tokens: stream.max_tokens,
+            drawn: stream.drawn,
+            fed: stream.fed,
+            pending: first,
+        });
+        Ok((id, events))
+    }
+
+    /// Moves a prefilled stream's device state into `slot`.
+    fn seat(&mut self, stream: &TokenStream<'_>, slot: usize) -> Result<()> {
+        let r = self.rows_per_slot;
+        for (dst, src) in self.buf.caches.iter().zip(stream.step.caches()) {
+            dst.copy_rows_from(src, stream.prefix_len, slot * r, r)?;
+        }
+        let row = if stream.turbo {
+            // inference_turbo's processors see only the tokens generated after the first
+            Tensor::zeros((1, self.vocab), DType::U32, self.model.device())?
+        } else {
+            stream.step.history().mask().clone()
+        };
+        self.buf.history.slice_set(&row, 0, slot)?;
+        self.select.set(slot, &stream.params)
+    }
+
+    /// Slots a step runs over: the highest occupied one, rounded up to a power of two (the
+    /// graph's slot-count bucket), at most all of them.
+    fn span(&self) -> usize {
+        let hi = self
+            .slots
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |i| i + 1);
+        hi.next_power_of_two().min(self.opts.slots)
+    }
+
+    /// One batched decode step for every occupied slot: each feeds its latest token and draws
+    /// the next. Returns the events (a token per request, and its end when it ended); a
+    /// request that ended has left its slot. Nothing happens without requests.
+    pub fn step(&mut self) -> Result<Vec<BatchEvent>> {
+        let n = self.span();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let vocab = self.vocab;
+        let mut longest = 0;
+        for (i, slot) in self.slots.iter_mut().take(n).enumerate() {
+            let row = &mut self.host_inputs[i * 3..i * 3 + 3];
+            let noise = &mut self.host_noise[i * vocab..(i + 1) * vocab];
+            match slot {
+                Some(s) => {
+                    row.copy_from_slice(&[s.pending, s.seq_pos() as u32, s.speech_pos() as u32]);
+                    longest = longest.max(s.seq_pos());
+                    if s.sampler.is_random() {
+                        noise.copy_from_slice(s.sampler.next_noise());
+                    } else {
+                        noise.fill(0.0);
+                    }
+                }
+                None => {
+                    row.fill(0);
+                    noise.fill(0.0);
+                }
+            }
+        }
+        let dev = self.model.device().clone();
+        let inputs = Tensor::from_slice(&self.host_inputs[..n * 3], (n, 3), &dev)?;
+        self.buf.inputs.slice_set(&inputs, 0, 0)?;
+        let noise = Tensor::from_slice(&self.host_noise[..n * vocab], (n, vocab), &dev)?;
+        self.buf.noise.slice_set(&noise, 0, 0)?;
+        let size = self.opts.bucket;
+        let attend = (longest + 1)
+            .div_ceil(size)
+            .saturating_mul(size)
+            .min(self.opts.positions);
+        self.run(n, attend, longest)?;
+        let tokens = self
+            .buf
+            .token
+            .narrow(0, 0, n)?
+            .flatten_all()?
+            .to_vec1::<u32>()?;
+        let mut events = Vec::new();
+        for (i, &token) in tokens.iter().enumerate() {
+            let Some(s) = self.slots[i].as_mut() else {
+                continue;
+            };
+            s.fed += 1;
+            let id = s.id;
+            if token as usize >= vocab {
+                let ev = if s.turbo {
+                    tracing::warn!("all processed logits are -inf: generation stops");
+                    BatchEvent::Finished {
+                        id,
+                        stopped_on_eos: false,
+                    }
+                } else {
+                    BatchEvent::Failed {
+                        id,
+                        error: T3Error::NoValidToken { step: s.drawn },
+                    }
+                };
+                events.push(ev);
+                self.slots[i] = None;
+                self.select.clear(i);
+                continue;
+            }
+            s.drawn += 1;
+            events.push(BatchEvent::Token { id, token });
+            let eos = Some(token) == s.stop_token;
+            if eos || s.drawn >= s.max_tokens {
+                events.push(BatchEvent::Finished {
+                    id,
+                    stopped_on_eos: eos,
+                });
+                self.slots[i] = None;
+                self.select.clear(i);
+            } else {
+                s.pending = token;
+            }
+        }
+        Ok(events)
+    }
+
+    /// Drops a request (e.g. its client went away); its slot is free for the next one.
+    /// Returns whether it was decoding.
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        match self
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+        {
+            Some(i) => {
+                self.slots[i] = None;
+                self.select.clear(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forward and select over the first `n` slots (graph replay or capture when on).
+    fn run(&mut self, n: usize, attend: usize, longest: usize) -> Result<()> {
+        let sort = self.select.sorts(n);
+        #[cfg(feature = "cuda")]
+        if self.graphs_on {
+            let key = (n, attend, sort);
+            if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
+                return g.launch();
+            }
+            let dev = self.model.device().clone();
+            let (model, rows, buf, select) =
+                (self.model, self.rows_per_slot, &mut self.buf, &self.select);
+            let mut eager =
+                || Self::forward_select(model, rows, buf, select, (n, attend, sort), longest);
+            match crate::graph::cuda::capture(&dev, &mut eager)? {
+                Some(g) => {
+                    tracing::debug!(
+                        slots = n,
+                        attend,
+                        sort,
+                        "captured a batched T3 decode graph"
+                    );
+                    self.graphs.push((key, g));
+                }
+                None => self.graphs_on = false,
+            }
+            return Ok(());
+        }
+        Self::forward_select(
+            self.model,
+            self.rows_per_slot,
+            &mut self.buf,
+            &self.select,
+            (n, attend, sort),
+            longest,
+        )
+    }
+
+    /// The capturable step: reads only device buffers (and host sizes that key the graph).
+    fn forward_select(
+        model: &T3,
+        rows_per_slot: usize,
+        buf: &mut Buffers,
+        select: &BatchSelect,
+        (n, attend, sort): (usize, usize, bool),
+        longest: usize,
+    ) -> Result<()> {
+        let rows = n * rows_per_slot;
+        let inputs = buf.inputs.narrow(0, 0, n)?;
+        let token = inputs.narrow(1, 0, 1)?.contiguous()?;
+        let seq_pos = inputs.narrow(1, 1, 1)?;
+        let speech_pos = inputs.narrow(1, 2, 1)?.contiguous()?.flatten_all()?;
+        let history = buf.history.narrow(0, 0, n)?;
+        history.scatter_set(&token, &buf.ones.narrow(0, 0, n)?, 1)?;
+        let embed = model.speech_step_embed(&token.flatten_all()?, &speech_pos)?;
+        let c = embed.dim(2)?;
+        // `[1, n, C]` -> one row per CFG row: `[n * rows_per_slot, 1, C]`
+        let embed = embed
+            .reshape((n, 1, c))?
+            .broadcast_as((n, rows_per_slot, c))?
+            .contiguous()?
+            .reshape((rows, 1, c))?;
+        let row_pos = seq_pos
+            .broadcast_as((n, rows_per_slot))?
+            .contiguous()?
+            .reshape(rows)?;
+        let valid = buf
+            .arange
+            .narrow(0, 0, attend)?
+            .unsqueeze(0)?
+            .broadcast_le(&row_pos.unsqueeze(1)?)?;
+        let mask = valid
+            .where_cond(
+                &buf.mask_zero.broadcast_as((rows, attend))?,
+                &buf.mask_ninf.broadcast_as((rows, attend))?,
+            )?
+            .reshape((rows, 1, 1, attend))?;
+        let (_, heads, head_dim) = model.backbone().cache_shape();
+        let step = StepIndex::new(
+            longest,
+            &row_pos,
+            (rows, heads, head_dim),
+            attend,
+            Some(mask),
+        )?;
+        let mut caches = buf
+            .caches
+            .iter()
+            .map(|c| c.first_rows(rows))
+            .collect::<Result<Vec<_>>>()?;
+        let hidden = model.backbone().decode(&embed, &step, &mut caches)?;
+        let logits = model.speech_logits(&hidden)?;
+        buf.logits.slice_set(&logits, 0, 0)?;
+        let (processed, token) = select.select(
+            &buf.logits.narrow(0, 0, rows)?,
+            rows_per_slot,
+            &history,
+            &buf.noise.narrow(0, 0, n)?,
+            sort,
+        )?;
+        buf.processed.slice_set(&processed, 0, 0)?;
+        buf.token.slice_set(&token, 0, 0)?;
+        Ok(())
+    }
+
+    /// Raw speech-head logits of the latest step, `[slots × rows_per_slot, vocab]` (slot-major;
+    /// rows of free slots hold garbage).
+    pub fn logits(&self) -> &Tensor {
+        &self.buf.logits
+    }
+
+    /// Processed scores of the latest step, `[slots, vocab]`.
+    pub fn processed_logits(&self) -> &Tensor {
+        &self.buf.processed
+    }
+
+    /// The slot a request occupies (`None` once it ended).
+    pub fn slot_of(&self, id: RequestId) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id))
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.model.device()
+    }
+}
