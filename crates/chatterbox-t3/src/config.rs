@@ -498,6 +498,15 @@ impl T3Config {
         Ok(cfg)
     }
 
+    /// A configuration from JSON (the field names of the reference's `T3Config`, as
+    /// [`T3Config`] derives them), checked with [`T3Config::validate`].
+    pub fn from_json(json: &str) -> Result<Self> {
+        let cfg: Self = serde_json::from_str(json)
+            .map_err(|e| crate::T3Error::InvalidConfig(format!("T3 config JSON: {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// [`T3Config::from_tensor_shapes`] on the headers of safetensors files (nothing is read
     /// but the headers).
     pub fn from_safetensors<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {

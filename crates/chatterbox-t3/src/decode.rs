@@ -178,11 +178,28 @@ impl DecodeStep {
         let embed = model.speech_step_embed(&token, &speech_pos)?;
         let c = embed.dim(2)?;
         let embed = embed.broadcast_as((self.batch, 1, c))?.contiguous()?;
-        let (_, heads, head_dim) = model.backbone().cache_shape();
+        let step = self.step_index(span, &seq_pos)?;
+        let hidden = model.backbone().decode(&embed, &step, &mut self.caches)?;
+        let logits = model.speech_logits(&hidden)?;
+        self.logits.slice_set(&logits, 0, 0)?;
+        Ok(())
+    }
+
+    /// The step's indices for `span` at the device-side position `seq_pos`.
+    fn step_index(&self, span: AttentionSpan, seq_pos: &Tensor) -> Result<StepIndex> {
+        let (_, heads, _, head_dim) = match self.caches.first() {
+            Some(c) => c.keys_buffer().dims4()?,
+            None => {
+                return Err(crate::error::invalid(
+                    "decode step",
+                    "a model without layers",
+                ))
+            }
+        };
         let (attend, mask) = match span {
             AttentionSpan::Exact => (self.pos + 1, None),
             AttentionSpan::Bucket(n) if n > self.pos && n <= self.capacity() => {
-                (n, Some(self.mask(n, &seq_pos)?))
+                (n, Some(self.mask(n, seq_pos)?))
             }
             AttentionSpan::Bucket(n) => {
                 return Err(crate::error::invalid(
@@ -195,17 +212,30 @@ impl DecodeStep {
                 ))
             }
         };
-        let step = StepIndex::new(
+        StepIndex::new(
             self.pos,
-            &seq_pos,
+            seq_pos,
             (self.batch, heads, head_dim),
             attend,
             mask,
-        )?;
+        )
+    }
+
+    /// [`DecodeStep::forward`] that also returns the final-norm hidden state of every row,
+    /// `[batch, 1, C]` (eager only: not for graph capture; the logits are written as usual).
+    pub fn forward_hidden(&mut self, model: &T3, span: AttentionSpan) -> Result<Tensor> {
+        let token = self.inputs.narrow(0, 0, 1)?;
+        let seq_pos = self.inputs.narrow(0, 1, 1)?;
+        let speech_pos = self.inputs.narrow(0, 2, 1)?;
+        self.history.push(&token.reshape((1, 1))?)?;
+        let embed = model.speech_step_embed(&token, &speech_pos)?;
+        let c = embed.dim(2)?;
+        let embed = embed.broadcast_as((self.batch, 1, c))?.contiguous()?;
+        let step = self.step_index(span, &seq_pos)?;
         let hidden = model.backbone().decode(&embed, &step, &mut self.caches)?;
         let logits = model.speech_logits(&hidden)?;
         self.logits.slice_set(&logits, 0, 0)?;
-        Ok(())
+        Ok(hidden)
     }
 
     /// `[1, 1, 1, n]` additive mask: 0 up to the device-side position, `-inf` after.

@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
 /// Loads `name` under `vb` and checks its shape, so a checkpoint of another variant is a typed
-/// error naming the key.
+/// error naming the key. Builders without stored shapes (zeros, a `VarMap`) get `shape`.
 pub(crate) fn weight(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Tensor> {
     let prefix = vb.prefix();
     let key = if prefix.is_empty() {
@@ -17,7 +17,11 @@ pub(crate) fn weight(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Ten
     if !vb.contains_tensor(name) {
         return Err(T3Error::MissingWeight { key });
     }
-    let t = vb.get_unchecked(name)?;
+    let t = match vb.get_unchecked(name) {
+        Ok(t) => t,
+        // builders that make tensors to order (`VarBuilder::zeros`, a `VarMap`) need the shape
+        Err(_) => vb.get(shape, name)?,
+    };
     if t.dims() != shape {
         return Err(T3Error::ShapeMismatch {
             key,
