@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[macro_use]
+mod builder;
 pub mod audio;
 mod error;
 pub mod features;

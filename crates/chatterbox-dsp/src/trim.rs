@@ -14,6 +14,12 @@ pub struct TrimOptions {
     pub hop_length: usize,
 }
 
+with_setters!(TrimOptions {
+    with_top_db => top_db: f32,
+    with_frame_length => frame_length: usize,
+    with_hop_length => hop_length: usize,
+});
+
 impl Default for TrimOptions {
     fn default() -> Self {
         Self {

@@ -39,23 +39,22 @@ pub fn hamming(len: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn periodic_hann_is_symmetric_hann_of_one_more() {
         let p = hann(8, true);
         let s = hann(9, false);
-        for (a, b) in p.iter().zip(&s) {
-            assert!((a - b).abs() < 1e-7);
-        }
+        assert_abs_diff_eq!(p.as_slice(), &s[..8], epsilon = 1e-7);
         assert_eq!(p[0], 0.0);
-        assert!((p[4] - 1.0).abs() < 1e-7);
+        assert_abs_diff_eq!(p[4], 1.0, epsilon = 1e-7);
     }
 
     #[test]
     fn povey_endpoints_are_zero() {
         let w = povey(400);
         assert_eq!(w[0], 0.0);
-        assert!(w[399].abs() < 1e-12);
+        assert_abs_diff_eq!(w[399], 0.0, epsilon = 1e-12);
         assert!(w[200] > 0.99);
     }
 }

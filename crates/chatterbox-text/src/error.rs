@@ -2,6 +2,9 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong between the user's string and T3's text token ids.
+///
+/// The `path` of a tokenizer or data file given in memory (`from_json`, `from_bytes`,
+/// `from_tokenizer`) is `<in memory>`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TextError {

@@ -4,6 +4,7 @@ use crate::en_tokenizer::EnTokenizer;
 use crate::error::Result;
 use crate::japanese::KanjiReader;
 use crate::language::Language;
+use crate::mtl_preprocessor::MtlEncodeOptions;
 use crate::mtl_tokenizer::MTLTokenizer;
 use crate::punc_norm::{punc_norm_checked, Variant};
 use crate::turbo_tokenizer::TurboTokenizer;
@@ -47,6 +48,19 @@ impl TextFrontend {
     /// empty or whitespace-only text.
     pub fn normalize(&self, text: &str) -> Result<String> {
         punc_norm_checked(text, self.variant())
+    }
+
+    /// The exact string the tokenizer receives for `text`: `punc_norm`, then the tokenizer's own
+    /// rewrite ([`EnTokenizer::prepare`], [`MTLTokenizer::prepare`] with the default options;
+    /// Turbo tokenizes the normalised text as it is).
+    /// [`text_tokens`](TextFrontend::text_tokens) encodes this string.
+    pub fn prepare(&self, text: &str, language: Option<Language>) -> Result<String> {
+        let text = self.normalize(text)?;
+        Ok(match self {
+            Self::English(_) => EnTokenizer::prepare(&text),
+            Self::Multilingual(t) => t.prepare(&text, language, MtlEncodeOptions::default()),
+            Self::Turbo(_) => text,
+        })
     }
 
     /// Text token ids as `generate` computes them before T3: `punc_norm`, then the tokenizer

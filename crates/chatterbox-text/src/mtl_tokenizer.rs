@@ -1,45 +1,24 @@
 //! Port of `MTLTokenizer` from chatterbox/models/tokenizers/tokenizer.py (upstream 5de7a54).
 use crate::chinese::{CangjieTable, ChineseCangjieConverter, ChineseSegmenter, CANGJIE_FILE};
-use crate::en_tokenizer::{check_padding_and_truncation, check_tokenizer_json};
 use crate::error::Result;
-use crate::japanese::{hiragana_normalize, KanjiReader};
-use crate::korean::korean_normalize;
+use crate::japanese::KanjiReader;
 use crate::language::Language;
-use crate::optional_models::{add_hebrew_diacritics, add_russian_stress, TextModel};
-use crate::special_tokens::{
-    check_vocabset_sot_eot, decode_graphemes, encode_ids, load_tokenizer, SPACE,
-};
+use crate::loading::{checked_tokenizer, in_memory, tokenizer_from_bytes, tokenizer_from_file};
+use crate::mtl_preprocessor::{preprocess_text, MtlEncodeOptions, MtlPreprocessor};
+use crate::optional_models::TextModel;
+use crate::special_tokens::{check_vocabset_sot_eot, decode_graphemes, encode_ids};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokenizers::Tokenizer;
-use unicode_normalization::UnicodeNormalization;
-
-/// Options of `MTLTokenizer.encode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MtlEncodeOptions {
-    /// Lowercase the text first (`str.lower()`, full Unicode mapping). Default: `true`.
-    pub lowercase: bool,
-    /// NFKD-normalise after lowercasing. Default: `true`.
-    pub nfkd_normalize: bool,
-}
-
-impl Default for MtlEncodeOptions {
-    fn default() -> Self {
-        Self {
-            lowercase: true,
-            nfkd_normalize: true,
-        }
-    }
-}
 
 /// The multilingual grapheme tokenizer (`grapheme_mtl_merged_expanded_v1.json`) with its
-/// per-language preprocessing.
+/// per-language preprocessing ([`MtlPreprocessor`]).
 ///
 /// Optional parts, each skipped as in the reference when absent: the Japanese kanji reader
 /// ([`MTLTokenizer::with_kanji_reader`], pykakasi's role), the Chinese word segmenter
-/// ([`MTLTokenizer::with_segmenter`]), the Hebrew and Russian models. The Cangjie table is read
-/// from `Cangjie5_TC.json` beside the vocabulary file.
+/// ([`MTLTokenizer::with_segmenter`]), the Hebrew and Russian models. [`MTLTokenizer::from_file`]
+/// reads the Cangjie table from `Cangjie5_TC.json` beside the vocabulary file; the in-memory
+/// constructors start without one ([`MTLTokenizer::with_cangjie_table`] sets it).
 // https://github.com/resemble-ai/chatterbox/blob/5de7a54/src/chatterbox/models/tokenizers/tokenizer.py#L249
 #[derive(Clone)]
 pub struct MTLTokenizer {
@@ -47,10 +26,7 @@ pub struct MTLTokenizer {
     path: PathBuf,
     sot: u32,
     eot: u32,
-    cangjie_converter: ChineseCangjieConverter,
-    kanji_reader: Option<Arc<dyn KanjiReader>>,
-    hebrew: Option<Arc<dyn TextModel>>,
-    russian: Option<Arc<dyn TextModel>>,
+    preprocessor: MtlPreprocessor,
 }
 
 impl std::fmt::Debug for MTLTokenizer {
@@ -58,10 +34,7 @@ impl std::fmt::Debug for MTLTokenizer {
         f.debug_struct("MTLTokenizer")
             .field("path", &self.path)
             .field("vocab_size", &self.vocab_size())
-            .field("cangjie_converter", &self.cangjie_converter)
-            .field("kanji_reader", &self.kanji_reader.is_some())
-            .field("hebrew", &self.hebrew.is_some())
-            .field("russian", &self.russian.is_some())
+            .field("preprocessor", &self.preprocessor)
             .finish()
     }
 }
@@ -74,11 +47,10 @@ impl MTLTokenizer {
     /// missing table is logged and leaves Chinese characters unconverted, as in the reference).
     pub fn from_file(vocab_file_path: impl AsRef<Path>) -> Result<Self> {
         let path = vocab_file_path.as_ref().to_path_buf();
-        check_tokenizer_json(&path)?;
-        let tokenizer = load_tokenizer(&path)?;
-        check_padding_and_truncation(&tokenizer, &path)?;
-        let (sot, eot) = check_vocabset_sot_eot(&tokenizer, &path)?;
-        let cangjie_path = path
+        let tokenizer = tokenizer_from_file(&path)?;
+        let this = Self::build(tokenizer, path)?;
+        let cangjie_path = this
+            .path
             .parent()
             .unwrap_or_else(|| Path::new("."))
             .join(CANGJIE_FILE);
@@ -91,15 +63,34 @@ impl MTLTokenizer {
             );
             CangjieTable::default()
         };
+        Ok(this.with_cangjie_table(table))
+    }
+
+    /// Builds the tokenizer from the content of a vocabulary file (`tokenizer.json` format),
+    /// with the same checks as [`MTLTokenizer::from_file`] and no Cangjie table.
+    pub fn from_json(json: &str) -> Result<Self> {
+        Self::from_bytes(json.as_bytes())
+    }
+
+    /// [`MTLTokenizer::from_json`] over raw bytes (an embedded or downloaded file).
+    pub fn from_bytes(json: &[u8]) -> Result<Self> {
+        let path = in_memory();
+        Self::build(tokenizer_from_bytes(json, &path)?, path)
+    }
+
+    /// Wraps a `tokenizers` tokenizer (it must have `[START]` and `[STOP]`); no Cangjie table.
+    pub fn from_tokenizer(tokenizer: Tokenizer) -> Result<Self> {
+        Self::build(checked_tokenizer(tokenizer)?, in_memory())
+    }
+
+    fn build(tokenizer: Tokenizer, path: PathBuf) -> Result<Self> {
+        let (sot, eot) = check_vocabset_sot_eot(&tokenizer, &path)?;
         Ok(Self {
             tokenizer,
             path,
             sot,
             eot,
-            cangjie_converter: ChineseCangjieConverter::new(table),
-            kanji_reader: None,
-            hebrew: None,
-            russian: None,
+            preprocessor: MtlPreprocessor::new(),
         })
     }
 
@@ -107,42 +98,53 @@ impl MTLTokenizer {
     /// `chatterbox-kakasi` provides one). `None`: Japanese text is left as it is, as in the
     /// reference without pykakasi.
     pub fn with_kanji_reader(mut self, reader: Option<Arc<dyn KanjiReader>>) -> Self {
-        self.kanji_reader = reader;
+        self.preprocessor = self.preprocessor.with_kanji_reader(reader);
         self
     }
 
     /// Sets the Chinese word segmenter (spacy-pkuseg's role).
     pub fn with_segmenter(mut self, segmenter: Option<Arc<dyn ChineseSegmenter>>) -> Self {
-        self.cangjie_converter = self.cangjie_converter.with_segmenter(segmenter);
+        self.preprocessor = self.preprocessor.with_segmenter(segmenter);
         self
     }
 
     /// Replaces the Cangjie table.
     pub fn with_cangjie_table(mut self, table: CangjieTable) -> Self {
-        self.cangjie_converter = std::mem::take(&mut self.cangjie_converter).with_table(table);
+        self.preprocessor = self.preprocessor.with_cangjie_table(table);
         self
     }
 
     /// Sets the Hebrew diacritizer (dicta_onnx's role).
     pub fn with_hebrew_diacritizer(mut self, model: Option<Arc<dyn TextModel>>) -> Self {
-        self.hebrew = model;
+        self.preprocessor = self.preprocessor.with_hebrew_diacritizer(model);
         self
     }
 
     /// Sets the Russian stress marker (russian_text_stresser's role).
     pub fn with_russian_stresser(mut self, model: Option<Arc<dyn TextModel>>) -> Self {
-        self.russian = model;
+        self.preprocessor = self.preprocessor.with_russian_stresser(model);
         self
+    }
+
+    /// Replaces the whole preprocessing (table, segmenter, reader, models).
+    pub fn with_preprocessor(mut self, preprocessor: MtlPreprocessor) -> Self {
+        self.preprocessor = preprocessor;
+        self
+    }
+
+    /// The preprocessing run before the tokenizer.
+    pub fn preprocessor(&self) -> &MtlPreprocessor {
+        &self.preprocessor
     }
 
     /// The Chinese converter.
     pub fn cangjie_converter(&self) -> &ChineseCangjieConverter {
-        &self.cangjie_converter
+        self.preprocessor.cangjie_converter()
     }
 
     /// The Japanese kanji reader, if set.
     pub fn kanji_reader(&self) -> Option<&dyn KanjiReader> {
-        self.kanji_reader.as_deref()
+        self.preprocessor.kanji_reader()
     }
 
     /// `preprocess_text`: lowercase and NFKD, each optional.
@@ -152,26 +154,14 @@ impl MTLTokenizer {
 
     /// Everything `encode` does before the tokenizer runs: preprocessing, the language's
     /// rewrite (zh Cangjie, ja hiragana, he diacritics, ko Jamo, ru stress), the `[lang]`
-    /// prefix and `' '` → `[SPACE]`.
+    /// prefix and `' '` → `[SPACE]` ([`MtlPreprocessor::prepare`], which needs no vocabulary).
     pub fn prepare(
         &self,
         txt: &str,
         language: Option<Language>,
         options: MtlEncodeOptions,
     ) -> String {
-        let mut txt = preprocess_text(txt, options);
-        txt = match language {
-            Some(Language::Chinese) => self.cangjie_converter.convert(&txt),
-            Some(Language::Japanese) => hiragana_normalize(&txt, self.kanji_reader.as_deref()),
-            Some(Language::Hebrew) => add_hebrew_diacritics(&txt, self.hebrew.as_deref()),
-            Some(Language::Korean) => korean_normalize(&txt),
-            Some(Language::Russian) => add_russian_stress(&txt, self.russian.as_deref()),
-            _ => txt,
-        };
-        if let Some(lang) = language {
-            txt = format!("{}{txt}", lang.token());
-        }
-        txt.replace(' ', SPACE)
+        self.preprocessor.prepare(txt, language, options)
     }
 
     /// `encode` with the default options (lowercase, NFKD). `None` adds no language token.
@@ -217,17 +207,4 @@ impl MTLTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.tokenizer
     }
-}
-
-/// `MTLTokenizer.preprocess_text`: `str.lower()` then NFKD, each optional.
-pub fn preprocess_text(raw_text: &str, options: MtlEncodeOptions) -> String {
-    let mut text = if options.lowercase {
-        raw_text.to_lowercase()
-    } else {
-        raw_text.to_string()
-    };
-    if options.nfkd_normalize {
-        text = text.nfkd().collect();
-    }
-    text
 }

@@ -1,5 +1,5 @@
 //! Special tokens of the grapheme tokenizers (chatterbox/models/tokenizers/tokenizer.py,
-//! upstream 5de7a54) and the loading helpers the tokenizers share.
+//! upstream 5de7a54) and the encode/decode helpers the grapheme tokenizers share.
 use crate::error::{Result, TextError};
 use std::path::Path;
 use tokenizers::Tokenizer;
@@ -14,19 +14,6 @@ pub const UNK: &str = "[UNK]";
 pub const SPACE: &str = "[SPACE]";
 /// The reference's `SPECIAL_TOKENS` list.
 pub const SPECIAL_TOKENS: [&str; 8] = [SOT, EOT, UNK, SPACE, "[PAD]", "[SEP]", "[CLS]", "[MASK]"];
-
-pub(crate) fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
-    if !path.is_file() {
-        return Err(TextError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-        });
-    }
-    Tokenizer::from_file(path).map_err(|e| TextError::Tokenizer {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
 
 /// The id of `token` (added tokens included, as Python's `get_vocab()`), or
 /// [`TextError::MissingSpecialToken`].

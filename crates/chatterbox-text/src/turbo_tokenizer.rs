@@ -1,9 +1,9 @@
 //! The Turbo/Nano text tokenizer: transformers' GPT-2 byte-level BPE as chatterbox/tts_turbo.py
 //! (upstream 5de7a54) loads it with `AutoTokenizer.from_pretrained(ckpt_dir)` and calls it with
 //! `truncation=True`.
-use crate::en_tokenizer::{check_padding_and_truncation, check_tokenizer_json};
 use crate::error::{read_to_string, Result, TextError};
-use crate::special_tokens::{encode_ids, load_tokenizer};
+use crate::loading::{checked_tokenizer, in_memory, tokenizer_from_bytes, tokenizer_from_file};
+use crate::special_tokens::encode_ids;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,11 +76,27 @@ struct TokenizerConfig {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path, what: &'static str) -> Result<T> {
-    serde_json::from_str(&read_to_string(path)?).map_err(|e| TextError::InvalidData {
+    parse_json(read_to_string(path)?.as_bytes(), path, what)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(
+    json: &[u8],
+    path: &Path,
+    what: &'static str,
+) -> Result<T> {
+    serde_json::from_slice(json).map_err(|e| TextError::InvalidData {
         what,
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+/// `tokenizer_config.json` given in memory (`None`: no config, as a directory without one).
+fn config_from_bytes(config_json: Option<&[u8]>) -> Result<TokenizerConfig> {
+    config_json.map_or_else(
+        || Ok(TokenizerConfig::default()),
+        |json| parse_json(json, &in_memory(), "tokenizer config"),
+    )
 }
 
 /// GPT-2 byte-level BPE tokenizer of the Turbo and Nano checkpoints.
@@ -121,17 +137,47 @@ impl TurboTokenizer {
             TokenizerConfig::default()
         };
         let json = dir.join("tokenizer.json");
-        let (mut tokenizer, source) = if json.is_file() {
-            check_tokenizer_json(&json)?;
-            let t = load_tokenizer(&json)?;
-            check_padding_and_truncation(&t, &json)?;
-            (t, json)
+        let (tokenizer, source) = if json.is_file() {
+            (tokenizer_from_file(&json)?, json)
         } else {
             (
                 Self::build_from_vocab_merges(&dir, &config)?,
                 dir.join("vocab.json"),
             )
         };
+        Self::build(tokenizer, &config, source, config_path, dir)
+    }
+
+    /// Builds the tokenizer from the content of `tokenizer.json` and, optionally, of
+    /// `tokenizer_config.json` (`None` behaves as a directory without that file), with the same
+    /// checks as [`TurboTokenizer::from_dir`].
+    pub fn from_json(tokenizer_json: &str, config_json: Option<&str>) -> Result<Self> {
+        Self::from_bytes(tokenizer_json.as_bytes(), config_json.map(str::as_bytes))
+    }
+
+    /// [`TurboTokenizer::from_json`] over raw bytes (embedded or downloaded files).
+    pub fn from_bytes(tokenizer_json: &[u8], config_json: Option<&[u8]>) -> Result<Self> {
+        let config = config_from_bytes(config_json)?;
+        let tokenizer = tokenizer_from_bytes(tokenizer_json, &in_memory())?;
+        Self::build(tokenizer, &config, in_memory(), in_memory(), in_memory())
+    }
+
+    /// Wraps a `tokenizers` tokenizer, with the content of `tokenizer_config.json` if any.
+    pub fn from_tokenizer(tokenizer: Tokenizer, config_json: Option<&str>) -> Result<Self> {
+        let config = config_from_bytes(config_json.map(str::as_bytes))?;
+        let tokenizer = checked_tokenizer(tokenizer)?;
+        Self::build(tokenizer, &config, in_memory(), in_memory(), in_memory())
+    }
+
+    /// Registers the config's special tokens and reads the settings `encode` applies. `source`
+    /// and `config_path` name the files in errors; `dir` names the tokenizer in later ones.
+    fn build(
+        mut tokenizer: Tokenizer,
+        config: &TokenizerConfig,
+        source: PathBuf,
+        config_path: PathBuf,
+        dir: PathBuf,
+    ) -> Result<Self> {
         // transformers registers its special tokens with the backend as special added tokens.
         let specials: Vec<AddedToken> = [
             &config.bos_token,

@@ -109,6 +109,37 @@ impl Default for HiFTConfig {
     }
 }
 
+with_setters!(HiFTConfig {
+    with_in_channels => in_channels: usize,
+    with_base_channels => base_channels: usize,
+    with_nb_harmonics => nb_harmonics: usize,
+    with_sampling_rate => sampling_rate: usize,
+    with_nsf_alpha => nsf_alpha: f64,
+    with_nsf_sigma => nsf_sigma: f64,
+    with_nsf_voiced_threshold => nsf_voiced_threshold: f64,
+    with_upsample_rates => upsample_rates: Vec<usize>,
+    with_upsample_kernel_sizes => upsample_kernel_sizes: Vec<usize>,
+    with_istft_params => istft_params: IstftParams,
+    with_resblock_kernel_sizes => resblock_kernel_sizes: Vec<usize>,
+    with_resblock_dilation_sizes => resblock_dilation_sizes: Vec<Vec<usize>>,
+    with_source_resblock_kernel_sizes => source_resblock_kernel_sizes: Vec<usize>,
+    with_source_resblock_dilation_sizes => source_resblock_dilation_sizes: Vec<Vec<usize>>,
+    with_lrelu_slope => lrelu_slope: f64,
+    with_audio_limit => audio_limit: f64,
+    with_f0_predictor => f0_predictor: F0PredictorConfig,
+});
+
+with_setters!(IstftParams {
+    with_n_fft => n_fft: usize,
+    with_hop_len => hop_len: usize,
+});
+
+with_setters!(F0PredictorConfig {
+    with_num_class => num_class: usize,
+    with_in_channels => in_channels: usize,
+    with_cond_channels => cond_channels: usize,
+});
+
 impl HiFTConfig {
     /// The vocoder of S3Gen (`S3Token2Wav.mel2wav`): 24 kHz, upsampling 8 x 5 x 3 x hop 4 =
     /// 480 samples per mel frame, 512 base channels, the default F0 predictor.
@@ -121,6 +152,13 @@ impl HiFTConfig {
             source_resblock_dilation_sizes: vec![vec![1, 3, 5]; 3],
             ..Self::default()
         }
+    }
+
+    /// The output sample rate in Hz as a `u32`, the type every other chatterbox crate uses for
+    /// sample rates ([`sampling_rate`](Self::sampling_rate) keeps the Python name and `usize`).
+    /// Saturates at `u32::MAX`, which [`validate`](Self::validate) refuses.
+    pub fn sample_rate(&self) -> u32 {
+        u32::try_from(self.sampling_rate).unwrap_or(u32::MAX)
     }
 
     /// Output samples per mel frame: the product of the upsampling rates times the iSTFT hop.
@@ -169,8 +207,12 @@ impl HiFTConfig {
                 "istft n_fft {n_fft} must be even and hop_len {hop_len} in 1..=n_fft"
             ));
         }
-        if self.sampling_rate == 0 {
-            return bad("sampling_rate must be positive".into());
+        if self.sampling_rate == 0 || u32::try_from(self.sampling_rate).is_err() {
+            return bad(format!(
+                "sampling_rate {} must be in 1..={}",
+                self.sampling_rate,
+                u32::MAX
+            ));
         }
         if self.f0_predictor.in_channels != self.in_channels || self.f0_predictor.num_class != 1 {
             return bad(format!(

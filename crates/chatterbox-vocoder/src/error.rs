@@ -19,7 +19,7 @@ pub enum VocoderError {
     },
     /// A checkpoint lacks weights the model needs.
     #[error("checkpoint has no weights for {key} (looked for {tried})")]
-    MissingWeights {
+    MissingWeight {
         /// The parameter (full key without the weight-norm suffix).
         key: String,
         /// The names that were looked for.

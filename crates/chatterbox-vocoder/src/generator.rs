@@ -6,10 +6,12 @@ use crate::f0_predictor::ConvRNNF0Predictor;
 use crate::resblock::ResBlock;
 use crate::source::{SineDraws, SourceModuleHnNSF};
 use crate::stft::{InverseStft, SourceStft};
+use crate::weights::record_weight_shapes;
 use crate::Result;
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use rand::Rng;
+use std::collections::HashMap;
 
 /// HiFTNet: neural source filter + iSTFTNet (<https://arxiv.org/abs/2309.09493>). Mel
 /// `(B, 80, T)` in, `(B, T * 480)` samples in `[-0.99, 0.99]` out for S3Gen's configuration.
@@ -163,6 +165,28 @@ impl HiFTGenerator {
             istft: InverseStft::new(n_fft, hop, vb.device())?,
             cpu_kernels: true,
         })
+    }
+
+    /// Builds the generator from a state dict: the tensors of `mel2wav.*` in S3Gen's checkpoint
+    /// with that prefix removed (`conv_pre.parametrizations.weight.original0`, ...), in any
+    /// float dtype, on any device (they are converted to f32 on `device`). Missing or
+    /// mis-shaped tensors are [`VocoderError`](crate::VocoderError)s naming the key; extra
+    /// entries are ignored.
+    pub fn from_state_dict(
+        cfg: &HiFTConfig,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::new(cfg, VarBuilder::from_tensors(tensors, DType::F32, device))
+    }
+
+    /// Every tensor the generator of `cfg` reads and its shape, sorted by name (torch's
+    /// `(out, in, kernel)` layout), with weight-normed convolutions under their plain `weight`
+    /// key (after `remove_weight_norm`; a state dict may give the weight-norm pair instead, see
+    /// the crate docs). A state dict with these keys builds the generator. Costs one build with
+    /// zero weights on the CPU.
+    pub fn weight_shapes(cfg: &HiFTConfig) -> Result<Vec<(String, Vec<usize>)>> {
+        record_weight_shapes(|vb| Self::new(cfg, vb).map(drop))
     }
 
     /// On the CPU the convolutions run as fused implicit-GEMM kernels with the Snake activation,

@@ -127,6 +127,7 @@ impl InverseStft {
 #[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
     use chatterbox_dsp::{Complex32, Istft, Spectrum, Stft};
 
     fn signal(n: usize) -> Vec<f32> {
@@ -148,8 +149,8 @@ mod tests {
         assert_eq!((got.len(), got[0].len()), (18, want.n_frames));
         for t in 0..want.n_frames {
             for (k, c) in want.frame(t).iter().enumerate() {
-                assert!((got[k][t] - c.re).abs() < 1e-5, "re {k} {t}");
-                assert!((got[9 + k][t] - c.im).abs() < 1e-5, "im {k} {t}");
+                assert_abs_diff_eq!(got[k][t], c.re, epsilon = 1e-5);
+                assert_abs_diff_eq!(got[9 + k][t], c.im, epsilon = 1e-5);
             }
         }
         Ok(())
@@ -182,9 +183,7 @@ mod tests {
             })
             .map_err(|e| crate::VocoderError::InvalidConfig(e.to_string()))?;
         assert_eq!(got.len(), want.len());
-        for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
-        }
+        assert_abs_diff_eq!(got.as_slice(), want.as_slice(), epsilon = 1e-5);
         Ok(())
     }
 }

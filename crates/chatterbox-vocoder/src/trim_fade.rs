@@ -13,7 +13,20 @@ pub struct TrimFade {
 }
 
 impl TrimFade {
-    /// The fade for `sample_rate` (S3Gen: 24 000 Hz, 480 + 480 samples).
+    /// The fade for `sample_rate` in Hz as a `u32`, the type the other chatterbox crates use
+    /// (S3Gen: 24 000 Hz, 480 + 480 samples). Same as [`TrimFade::new`].
+    pub fn from_sample_rate(sample_rate: u32, device: &Device) -> Result<Self> {
+        let rate = usize::try_from(sample_rate).map_err(|_| {
+            invalid(
+                "sample rate",
+                format!("{sample_rate} Hz does not fit usize"),
+            )
+        })?;
+        Self::new(rate, device)
+    }
+
+    /// The fade for `sample_rate` (S3Gen: 24 000 Hz, 480 + 480 samples), given as
+    /// [`HiFTConfig::sampling_rate`](crate::HiFTConfig::sampling_rate) holds it.
     pub fn new(sample_rate: usize, device: &Device) -> Result<Self> {
         let n = sample_rate / 50;
         if n < 2 {
@@ -73,7 +86,7 @@ mod tests {
         let out = tf.forward(&wav)?.squeeze(0)?.to_vec1::<f32>()?;
         assert!(out[..480].iter().all(|&v| v == 0.0));
         assert_eq!(out[480], 0.0);
-        assert!((out[720] - 0.5).abs() < 5e-3);
+        approx::assert_abs_diff_eq!(out[720], 0.5, epsilon = 5e-3);
         assert_eq!(out[959], 1.0);
         assert!(out[960..].iter().all(|&v| v == 1.0));
         assert!(out[480..960].windows(2).all(|w| w[0] <= w[1]));

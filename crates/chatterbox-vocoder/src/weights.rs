@@ -1,8 +1,11 @@
 //! Checkpoint access: shape-checked tensors and weight-norm folding (torch
 //! `nn.utils.parametrizations.weight_norm` with `dim=0`, as hifigan.py and f0_predictor.py use it).
 use crate::{Result, VocoderError};
-use candle_core::{Shape, Tensor};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 fn full_key(vb: &VarBuilder, name: &str) -> String {
     let prefix = vb.prefix();
@@ -14,7 +17,7 @@ fn full_key(vb: &VarBuilder, name: &str) -> String {
 }
 
 /// `name` under `vb`, checked against `shape`. A builder without the key (a `VarMap` in tests
-/// and benches) creates it with `init`; a file without it is a [`VocoderError::MissingWeights`].
+/// and benches) creates it with `init`; a file without it is a [`VocoderError::MissingWeight`].
 pub(crate) fn get(
     vb: &VarBuilder,
     shape: impl Into<Shape>,
@@ -34,7 +37,7 @@ pub(crate) fn get(
         Ok(t)
     } else {
         vb.get_with_hints(shape, name, init)
-            .map_err(|_| VocoderError::MissingWeights {
+            .map_err(|_| VocoderError::MissingWeight {
                 key: full_key(vb, name),
                 tried: name.to_string(),
             })
@@ -61,7 +64,7 @@ pub(crate) fn weight_norm(vb: &VarBuilder, shape: impl Into<Shape>) -> Result<Te
         // A plain weight; a VarMap creates it. A file with none of the forms ends here too.
         return get(vb, shape, "weight", candle_nn::init::DEFAULT_KAIMING_NORMAL).map_err(
             |e| match e {
-                VocoderError::MissingWeights { key, .. } => VocoderError::MissingWeights {
+                VocoderError::MissingWeight { key, .. } => VocoderError::MissingWeight {
                     key: key.trim_end_matches(".weight").to_string(),
                     tried: format!("{PARAM_G}/{PARAM_V}, weight_g/weight_v, weight"),
                 },
@@ -79,6 +82,50 @@ pub(crate) fn weight_norm(vb: &VarBuilder, shape: impl Into<Shape>) -> Result<Te
     }
     let scale = (g / sq.sqrt()?)?;
     Ok(v.broadcast_mul(&scale)?)
+}
+
+/// A builder backend that holds no tensor: it records the name and shape of every weight a
+/// model asks for and hands back zeros, so building the model lists its state dict.
+#[derive(Clone, Default)]
+struct ShapeRecorder(Arc<Mutex<BTreeMap<String, Vec<usize>>>>);
+
+impl SimpleBackend for ShapeRecorder {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _: Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        if let Ok(mut shapes) = self.0.lock() {
+            shapes.insert(name.to_string(), s.dims().to_vec());
+        }
+        Tensor::zeros(s, dtype, dev)
+    }
+
+    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
+        candle_core::bail!("{name}: the shape recorder holds no tensor")
+    }
+
+    fn contains_tensor(&self, _: &str) -> bool {
+        false
+    }
+}
+
+/// Every weight `build` reads and its shape, sorted by name, with weight-normed convolutions
+/// in their plain (`weight`) form. `build` runs once on the CPU, with zeros for every weight.
+pub(crate) fn record_weight_shapes(
+    build: impl FnOnce(VarBuilder) -> Result<()>,
+) -> Result<Vec<(String, Vec<usize>)>> {
+    let recorder = ShapeRecorder::default();
+    build(VarBuilder::from_backend(
+        Box::new(recorder.clone()),
+        DType::F32,
+        Device::Cpu,
+    ))?;
+    let shapes = recorder.0.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok(shapes.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -130,7 +177,7 @@ mod tests {
             other => panic!("expected a shape mismatch, got {other:?}"),
         }
         match weight_norm(&vb(vec![]).pp("ups.0"), (2, 1, 2)) {
-            Err(VocoderError::MissingWeights { key, .. }) => assert_eq!(key, "ups.0"),
+            Err(VocoderError::MissingWeight { key, .. }) => assert_eq!(key, "ups.0"),
             other => panic!("expected missing weights, got {other:?}"),
         }
         Ok(())

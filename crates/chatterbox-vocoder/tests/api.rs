@@ -184,7 +184,7 @@ fn bad_configs_and_checkpoints_are_typed_errors() {
     }
     // A missing module.
     match HiFTGenerator::new(&cfg, vb().pp("mel2wav")) {
-        Err(VocoderError::MissingWeights { key, .. }) => {
+        Err(VocoderError::MissingWeight { key, .. }) => {
             assert!(key.starts_with("mel2wav."), "{key}")
         }
         other => panic!("expected missing weights, got {:?}", other.err()),

@@ -34,6 +34,17 @@ impl Default for PerthConfig {
     }
 }
 
+with_setters!(PerthConfig {
+    with_sample_rate => sample_rate: u32,
+    with_n_fft => n_fft: usize,
+    with_hop_size => hop_size: usize,
+    with_window_size => window_size: usize,
+    with_stft_magnitude_min => stft_magnitude_min: f64,
+    with_window_fn => window_fn: String,
+    with_max_wmark_freq => max_wmark_freq: f64,
+    with_hidden_size => hidden_size: usize,
+});
+
 impl PerthConfig {
     /// The pretrained `implicit` model shipped in resemble-perth 1.0.1
     /// (`perth/perth_net/pretrained/implicit/hparams.yaml`).

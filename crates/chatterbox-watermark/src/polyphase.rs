@@ -171,13 +171,14 @@ impl PolyphaseResampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn bessel_i0_matches_known_values() {
         // scipy.special.i0(1.0), i0(5.0)
-        assert!((bessel_i0(0.0) - 1.0).abs() < 1e-15);
-        assert!((bessel_i0(1.0) - 1.266_065_877_752_008_4).abs() < 1e-14);
-        assert!((bessel_i0(5.0) - 27.239_871_823_604_442).abs() < 1e-11);
+        assert_abs_diff_eq!(bessel_i0(0.0), 1.0, epsilon = 1e-15);
+        assert_abs_diff_eq!(bessel_i0(1.0), 1.266_065_877_752_008_4, epsilon = 1e-14);
+        assert_abs_diff_eq!(bessel_i0(5.0), 27.239_871_823_604_442, epsilon = 1e-11);
     }
 
     #[test]

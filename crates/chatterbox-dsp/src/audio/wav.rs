@@ -579,8 +579,8 @@ mod tests {
         let back = super::super::decode(wav_bytes(&audio, WavFormat::Float32)?, Some("wav"))?;
         assert_eq!(back.samples, audio.samples);
         let back = super::super::decode(wav_bytes(&audio, WavFormat::Pcm16)?, Some("wav"))?;
-        assert!((back.samples[1] - 0.5).abs() < 1e-4);
-        assert!((back.samples[3] - 1.0).abs() < 1e-4, "clipped to 1");
+        approx::assert_abs_diff_eq!(back.samples[1], 0.5, epsilon = 1e-4);
+        approx::assert_abs_diff_eq!(back.samples[3], 1.0, epsilon = 1e-4); // clipped to 1
         Ok(())
     }
 

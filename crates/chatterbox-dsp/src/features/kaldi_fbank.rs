@@ -52,6 +52,22 @@ pub struct FbankOptions {
     pub subtract_mean: bool,
 }
 
+with_setters!(FbankOptions {
+    with_sample_frequency => sample_frequency: f32,
+    with_frame_length_ms => frame_length_ms: f32,
+    with_frame_shift_ms => frame_shift_ms: f32,
+    with_num_mel_bins => num_mel_bins: usize,
+    with_low_freq => low_freq: f32,
+    with_high_freq => high_freq: f32,
+    with_preemphasis_coefficient => preemphasis_coefficient: f32,
+    with_remove_dc_offset => remove_dc_offset: bool,
+    with_window_type => window_type: FbankWindow,
+    with_round_to_power_of_two => round_to_power_of_two: bool,
+    with_use_power => use_power: bool,
+    with_use_log_fbank => use_log_fbank: bool,
+    with_subtract_mean => subtract_mean: bool,
+});
+
 impl Default for FbankOptions {
     fn default() -> Self {
         Self {

@@ -23,6 +23,24 @@ pub struct S3GenMelConfig {
     pub fmax: f64,
 }
 
+with_setters!(S3GenMelConfig {
+    with_n_fft => n_fft: usize,
+    with_num_mels => num_mels: usize,
+    with_sampling_rate => sampling_rate: u32,
+    with_hop_size => hop_size: usize,
+    with_win_size => win_size: usize,
+    with_fmin => fmin: f64,
+    with_fmax => fmax: f64,
+});
+
+impl S3GenMelConfig {
+    /// The sample rate in Hz: [`sampling_rate`](Self::sampling_rate) (the Python name) under
+    /// the name the other configurations use.
+    pub fn sample_rate(&self) -> u32 {
+        self.sampling_rate
+    }
+}
+
 impl Default for S3GenMelConfig {
     fn default() -> Self {
         Self {

@@ -24,6 +24,17 @@ pub struct VoiceEncoderMelConfig {
     pub mel_power: f32,
 }
 
+with_setters!(VoiceEncoderMelConfig {
+    with_num_mels => num_mels: usize,
+    with_sample_rate => sample_rate: u32,
+    with_n_fft => n_fft: usize,
+    with_hop_size => hop_size: usize,
+    with_win_size => win_size: usize,
+    with_fmin => fmin: f64,
+    with_fmax => fmax: f64,
+    with_mel_power => mel_power: f32,
+});
+
 impl Default for VoiceEncoderMelConfig {
     fn default() -> Self {
         Self {

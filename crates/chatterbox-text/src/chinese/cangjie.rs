@@ -2,6 +2,7 @@
 //! (upstream 5de7a54).
 use super::ChineseSegmenter;
 use crate::error::{read_to_string, Result, TextError};
+use crate::loading::in_memory;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,13 +26,23 @@ impl CangjieTable {
     /// file is an error ([`TextError::InvalidData`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        Self::parse(&read_to_string(path)?, path)
+    }
+
+    /// Builds the table from the content of `Cangjie5_TC.json` (a JSON list of
+    /// `"glyph\tcode..."` strings); a malformed list is [`TextError::InvalidData`].
+    pub fn from_json(json: &str) -> Result<Self> {
+        Self::parse(json, &in_memory())
+    }
+
+    fn parse(json: &str, path: &Path) -> Result<Self> {
         let invalid = |message: String| TextError::InvalidData {
             what: "Cangjie table",
             path: path.to_path_buf(),
             message,
         };
         let entries: Vec<String> =
-            serde_json::from_str(&read_to_string(path)?).map_err(|e| invalid(e.to_string()))?;
+            serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
         Self::from_entries(entries.iter().map(String::as_str))
             .map_err(|i| invalid(format!("entry {i} has no tab-separated code")))
     }
