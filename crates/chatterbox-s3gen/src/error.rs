@@ -11,6 +11,10 @@ pub enum S3GenError {
     /// Feature extraction failed.
     #[error(transparent)]
     Dsp(#[from] chatterbox_dsp::DspError),
+    /// The speaker encoder (CAMPPlus, chatterbox-speaker) failed in
+    /// [`RefEncoder`](crate::RefEncoder).
+    #[error(transparent)]
+    Speaker(Box<chatterbox_speaker::SpeakerError>),
     /// A checkpoint tensor has the wrong shape.
     #[error("checkpoint tensor {key}: expected shape {expected:?}, found {actual:?}")]
     ShapeMismatch {
@@ -26,7 +30,8 @@ pub enum S3GenError {
     MissingWeights {
         /// Which part of the model.
         what: &'static str,
-        /// A key that was looked for.
+        /// A key that was looked for, with the `VarBuilder`'s prefix
+        /// (`flow.input_embedding.weight`).
         key: String,
     },
     /// Audio at a sample rate the model is not defined for.
@@ -38,6 +43,14 @@ pub enum S3GenError {
         got: u32,
         /// The rate required.
         expected: u32,
+    },
+    /// A clip that is digital silence (every sample is 0): its voice cannot be embedded.
+    #[error("{what}: audio is silent (all {len} samples are 0)")]
+    SilentAudio {
+        /// The input.
+        what: &'static str,
+        /// Its length in samples.
+        len: usize,
     },
     /// An input that is empty, mis-shaped or out of range.
     #[error("invalid {what}: {reason}")]
@@ -51,3 +64,9 @@ pub enum S3GenError {
 
 /// Result alias of the crate.
 pub type Result<T> = std::result::Result<T, S3GenError>;
+
+impl From<chatterbox_speaker::SpeakerError> for S3GenError {
+    fn from(e: chatterbox_speaker::SpeakerError) -> Self {
+        Self::Speaker(Box::new(e))
+    }
+}

@@ -1,10 +1,13 @@
 #![doc = include_str!("../README.md")]
 
+mod checkpoint;
 mod error;
 pub mod flow;
 mod linear;
+pub mod reference;
 pub mod tokenizer;
 
 pub use error::{Result, S3GenError};
 pub use flow::{CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt};
+pub use reference::{RefEncoder, RefEncoderConfig, DEC_COND_LEN, S3GEN_SR};
 pub use tokenizer::{S3Tokenizer, SpeechTokens};

@@ -130,6 +130,7 @@ impl Module for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
     use candle_core::Device;
 
     #[test]
@@ -154,7 +155,7 @@ mod tests {
             .abs()?
             .max_all()?
             .to_scalar::<f32>()?;
-        assert!(err < 1e-5, "{err}");
+        assert_abs_diff_eq!(err, 0.0, epsilon = 1e-5);
         // f64 keeps (out, in)
         let f64_layer =
             Linear::from_weights(w.to_dtype(DType::F64)?, Some(b.to_dtype(DType::F64)?))?;
@@ -163,7 +164,7 @@ mod tests {
             .forward(&x.to_dtype(DType::F64)?)?
             .to_dtype(DType::F32)?;
         let err = (got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
-        assert!(err < 1e-5, "{err}");
+        assert_abs_diff_eq!(err, 0.0, epsilon = 1e-5);
         Ok(())
     }
 }

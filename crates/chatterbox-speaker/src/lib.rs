@@ -8,4 +8,7 @@ mod weights;
 
 pub use campplus::{CAMPPlus, CAMPPlusConfig};
 pub use error::{Result, SpeakerError};
-pub use voice_encoder::{frame_step, num_partials, EmbedOptions, VoiceEncConfig, VoiceEncoder};
+pub use voice_encoder::{
+    frame_step, num_partials, partial_ranges, EmbedOptions, PartialEmbeds, VoiceEncConfig,
+    VoiceEncoder,
+};

@@ -3,9 +3,10 @@
 //! component crates:
 //!
 //! ```text
-//! S3Gen                 embed_ref: 24 kHz mel (chatterbox-dsp), torchaudio 24k -> 16k resample,
-//! ├── tokenizer         S3Tokenizer (chatterbox-s3gen)       prompt tokens
-//! ├── speaker_encoder   CAMPPlus (chatterbox-speaker)        x-vector
+//! S3Gen
+//! ├── reference         RefEncoder (chatterbox-s3gen): embed_ref, the reference voice
+//! │   ├── tokenizer         S3Tokenizer                      prompt tokens
+//! │   └── speaker_encoder   CAMPPlus (chatterbox-speaker)    x-vector
 //! ├── flow              CausalMaskedDiffWithXvec (chatterbox-s3gen)   tokens -> mel
 //! ├── mel2wav           HiFTGenerator (chatterbox-vocoder)            mel -> wav
 //! └── trim_fade         TrimFade (chatterbox-vocoder)
@@ -19,10 +20,9 @@ use crate::draws::Draws;
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use chatterbox_dsp::features::{S3GenMel, S3GenMelConfig};
-use chatterbox_dsp::resample::SincResampler;
 use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowOptions};
 use chatterbox_s3gen::tokenizer::S3Tokenizer;
+use chatterbox_s3gen::{RefEncoder, RefEncoderConfig, S3GenError};
 use chatterbox_speaker::CAMPPlus;
 use chatterbox_vocoder::{HiFTGenerator, TrimFade};
 
@@ -52,13 +52,10 @@ pub struct S3GenOptions {
 /// except the flow's estimator, which may run in another float type.
 #[derive(Debug, Clone)]
 pub struct S3Gen {
-    tokenizer: S3Tokenizer,
-    speaker_encoder: CAMPPlus,
+    reference: RefEncoder,
     flow: CausalMaskedDiffWithXvec,
     mel2wav: HiFTGenerator,
     trim_fade: TrimFade,
-    mel: S3GenMel,
-    resampler: SincResampler,
     device: Device,
 }
 
@@ -68,8 +65,13 @@ impl S3Gen {
     pub fn new(cfg: &S3GenConfig, vb: VarBuilder, estimator_dtype: DType) -> Result<Self> {
         let device = vb.device().clone();
         Ok(Self {
-            tokenizer: S3Tokenizer::new(&cfg.tokenizer, vb.pp("tokenizer"))?,
-            speaker_encoder: CAMPPlus::new(&cfg.speaker_encoder, vb.pp("speaker_encoder"))?,
+            reference: RefEncoder::new(
+                &RefEncoderConfig {
+                    tokenizer: cfg.tokenizer.clone(),
+                    speaker_encoder: cfg.speaker_encoder.clone(),
+                },
+                vb.clone(),
+            )?,
             flow: CausalMaskedDiffWithXvec::new_with_estimator_dtype(
                 &cfg.flow,
                 vb.pp("flow"),
@@ -77,20 +79,23 @@ impl S3Gen {
             )?,
             mel2wav: HiFTGenerator::new(&cfg.mel2wav, vb.pp("mel2wav"))?,
             trim_fade: TrimFade::new(S3GEN_SR as usize, &device)?,
-            mel: S3GenMel::new(S3GenMelConfig::default())?,
-            resampler: SincResampler::new(S3GEN_SR, S3_SR)?,
             device,
         })
     }
 
     /// The speech tokenizer (also used for T3's prompt tokens and voice conversion).
     pub fn tokenizer(&self) -> &S3Tokenizer {
-        &self.tokenizer
+        self.reference.tokenizer()
     }
 
     /// The x-vector speaker encoder (CAMPPlus).
     pub fn speaker_encoder(&self) -> &CAMPPlus {
-        &self.speaker_encoder
+        self.reference.speaker_encoder()
+    }
+
+    /// The reference-voice encoder (`embed_ref` from the tokenizer, CAMPPlus and the mel).
+    pub fn reference_encoder(&self) -> &RefEncoder {
+        &self.reference
     }
 
     /// The flow.
@@ -121,59 +126,19 @@ impl S3Gen {
     /// and its flow misaligns prompt and tokens; this port cuts the mel to twice the tokens
     /// instead (logged). When it has fewer, the tokens are cut, as in the reference.
     pub fn embed_ref(&self, ref_wav_24k: &[f32]) -> Result<S3GenRef> {
-        let _span = tracing::debug_span!("embed_ref", samples = ref_wav_24k.len()).entered();
-        chatterbox_dsp::check_signal("reference clip", ref_wav_24k)?;
-        if ref_wav_24k.iter().all(|&v| v == 0.0) {
-            return Err(PipelineError::SilentAudio {
-                what: "reference clip",
-                len: ref_wav_24k.len(),
-            });
-        }
-        if ref_wav_24k.len() > DEC_COND_LEN {
-            tracing::warn!("s3gen received a reference longer than 10 s");
-        }
-        let mel = self.mel.compute(ref_wav_24k)?; // (80, frames)
-        let (bins, frames) = mel.shape();
-        let wav_16k = self.resampler.process(ref_wav_24k)?;
-        let embedding = self.speaker_encoder.inference(&wav_16k, S3_SR)?;
-        let tokens = self.tokenizer.forward(&[&wav_16k], S3_SR, None)?;
-        let mut tokens = tokens.to_vecs()?.into_iter().next().unwrap_or_default();
-        let mut keep_frames = frames;
-        if frames != 2 * tokens.len() {
-            // A frame or two either way is what clips of ordinary lengths give (the mel and
-            // the tokenizer round the length differently): not worth a warning.
-            if frames.abs_diff(2 * tokens.len()) > 2 {
-                tracing::warn!(
-                    frames,
-                    tokens = tokens.len(),
-                    "reference mel length is not equal to 2 * reference token length"
-                );
-            } else {
-                tracing::debug!(frames, tokens = tokens.len(), "mel/token length rounding");
-            }
-            tokens.truncate(frames / 2);
-            keep_frames = frames.min(2 * tokens.len());
-        }
-        if tokens.is_empty() {
-            return Err(PipelineError::InvalidInput {
-                what: "reference clip",
-                reason: format!(
-                    "{} samples give no speech token; use at least a second of speech",
-                    ref_wav_24k.len()
-                ),
-            });
-        }
-        let n = tokens.len();
-        let mel = Tensor::from_vec(mel.into_vec(), (bins, frames), &self.device)?
-            .narrow(1, 0, keep_frames)?
-            .t()?
-            .unsqueeze(0)?;
-        S3GenRef::new(
-            Tensor::from_vec(tokens, (1, n), &self.device)?,
-            mel,
-            embedding,
-            &self.device,
-        )
+        let p = self
+            .reference
+            .embed_ref(ref_wav_24k, S3GEN_SR)
+            .map_err(|e| match e {
+                S3GenError::SilentAudio { what, len } => PipelineError::SilentAudio { what, len },
+                S3GenError::InvalidInput { what, reason } => {
+                    PipelineError::InvalidInput { what, reason }
+                }
+                S3GenError::Dsp(e) => PipelineError::Dsp(e),
+                S3GenError::Speaker(e) => PipelineError::Speaker(*e),
+                e => PipelineError::S3Gen(e),
+            })?;
+        S3GenRef::new(p.prompt_token, p.prompt_feat, p.embedding, &self.device)
     }
 
     /// `flow_inference`: the mel `(1, 80, 2 n)` of `speech_tokens` (every id below 6561) in the

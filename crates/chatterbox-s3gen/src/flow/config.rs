@@ -15,7 +15,7 @@ fn default_up_stride() -> usize {
 }
 
 /// `UpsampleConformerEncoder`'s arguments (transformer/upsample_encoder.py).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct EncoderConfig {
     /// Width of the token embedding fed to the encoder.
     pub input_size: usize,
@@ -55,7 +55,7 @@ impl EncoderConfig {
 }
 
 /// `ConditionalDecoder`'s arguments (decoder.py): the CFM estimator.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct DecoderConfig {
     /// Channels of the packed input `[x, mu, spks, cond]` (4 x 80).
     pub in_channels: usize,
@@ -123,7 +123,7 @@ impl DecoderConfig {
 }
 
 /// Time schedule of the Euler solver (`t_scheduler`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TimeScheduler {
     /// `t = 1 - cos(linspace(0, 1, n + 1) * pi / 2)`.
@@ -133,7 +133,7 @@ pub enum TimeScheduler {
 }
 
 /// `CFM_PARAMS` (configs.py): the parts inference uses.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct CfmConfig {
     /// Classifier-free guidance weight: `v = (1 + w) v_cond - w v_uncond`.
     pub inference_cfg_rate: f64,
@@ -158,7 +158,7 @@ impl Default for CfmConfig {
 }
 
 /// `CausalMaskedDiffWithXvec`'s arguments (flow.py) with its two sub-modules' configurations.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct FlowConfig {
     /// Token embedding width.
     pub input_size: usize,

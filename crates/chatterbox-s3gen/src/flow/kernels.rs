@@ -583,6 +583,7 @@ pub(crate) fn conv1d(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     fn grid(lo: f32, hi: f32, n: usize) -> Vec<f32> {
         (0..n)
@@ -798,10 +799,7 @@ mod tests {
                             }
                         }
                         let got = f64::from(y[(b * t_out + t) * 4 + o]);
-                        assert!(
-                            (got - want).abs() < 1e-5,
-                            "k{kernel} b{b} t{t} o{o}: {got} vs {want}"
-                        );
+                        assert_abs_diff_eq!(got, want, epsilon = 1e-5);
                     }
                 }
             }
@@ -829,10 +827,7 @@ mod tests {
             let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
             for j in 0..n {
                 let want = (row[j] - max).exp() / sum;
-                assert!(
-                    (f64::from(y[r * n + j]) - want).abs() < 1e-6,
-                    "row {r} col {j}"
-                );
+                assert_abs_diff_eq!(f64::from(y[r * n + j]), want, epsilon = 1e-6);
             }
             assert!(y[r * n + 30..r * n + n].iter().all(|&v| v == 0.0));
         }

@@ -9,6 +9,7 @@ use super::decoder::ConditionalDecoder;
 use super::encoder::UpsampleConformerEncoder;
 use super::mask::Lengths;
 use super::nn::Linear;
+use crate::checkpoint::full_key;
 use crate::{Result, S3GenError};
 use candle_core::{DType, Module, Tensor};
 use candle_nn::{Embedding, VarBuilder};
@@ -61,7 +62,9 @@ pub struct CausalMaskedDiffWithXvec {
 impl CausalMaskedDiffWithXvec {
     /// Loads the flow (keys `input_embedding.*`, `spk_embed_affine_layer.*`, `encoder.*`,
     /// `encoder_proj.*`, `decoder.estimator.*`; `vb.pp("flow")` of an S3Gen checkpoint). Everything
-    /// runs in `vb`'s dtype except the solver state, which is always f32.
+    /// runs in `vb`'s dtype except the solver state, which is always f32. A checkpoint without
+    /// one of the parts is [`S3GenError::MissingWeights`] naming the key with `vb`'s prefix
+    /// (`flow.input_embedding.weight`).
     pub fn new(cfg: &FlowConfig, vb: VarBuilder) -> Result<Self> {
         let dtype = vb.dtype();
         Self::new_with_estimator_dtype(cfg, vb, dtype)
@@ -113,7 +116,7 @@ impl CausalMaskedDiffWithXvec {
                 .find(|(_, key)| !vb.contains_tensor(key))
                 .map_or(err, |(what, key)| S3GenError::MissingWeights {
                     what,
-                    key: key.to_string(),
+                    key: full_key(&vb, key),
                 })
         })
     }

@@ -9,7 +9,7 @@ pub const HEAD_DIM: usize = 64;
 /// names.
 ///
 /// <https://github.com/xingchensong/S3Tokenizer/blob/main/s3tokenizer/model_v2.py> `ModelConfig`
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct ModelConfig {
     /// Mel bins of the input. Default: `128`.

@@ -74,6 +74,11 @@ impl S3Tokenizer {
         &self.model
     }
 
+    /// The device the weights live on (and the tokens come out on).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// `pad`: `wav` (at `sr` Hz) zero-padded to a whole number of 40 ms tokens, with the
     /// reference's float arithmetic: `int(ceil(len / sr * 25) * (sr / 25))` samples. That
     /// rounding gives some exact multiples one extra token (4480 samples at 16 kHz become

@@ -1,36 +1,32 @@
 //! Checked access to checkpoint tensors: a missing key or a wrong shape is a typed error naming
 //! the full key, not a panic or a bare candle error.
+use crate::checkpoint::full_key;
 use crate::linear::Linear;
 use crate::{Result, S3GenError};
 use candle_core::Tensor;
 use candle_nn::{LayerNorm, VarBuilder};
 
-fn full_key(vb: &VarBuilder, name: &str) -> String {
-    let prefix = vb.prefix();
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
-}
-
-/// The tensor `name` under `vb`, which must have `shape`.
+/// The tensor `name` under `vb`, which must have `shape`. Works with file backends and with
+/// shape-driven ones (`VarMap`, which creates the tensor).
 pub(crate) fn tensor(vb: &VarBuilder, name: &str, shape: &[usize]) -> Result<Tensor> {
+    let err = match vb.get(shape, name) {
+        Ok(t) => return Ok(t),
+        Err(err) => err,
+    };
     if !vb.contains_tensor(name) {
         return Err(S3GenError::MissingWeights {
             what: "speech tokenizer",
             key: full_key(vb, name),
         });
     }
-    let t = vb.get_unchecked(name)?;
-    if t.dims() != shape {
-        return Err(S3GenError::ShapeMismatch {
+    match vb.get_unchecked(name) {
+        Ok(t) if t.dims() != shape => Err(S3GenError::ShapeMismatch {
             key: full_key(vb, name),
             expected: shape.to_vec(),
             actual: t.dims().to_vec(),
-        });
+        }),
+        _ => Err(err.into()),
     }
-    Ok(t)
 }
 
 /// `nn.Linear(d_in, d_out, bias)`: `weight` is `(d_out, d_in)`.

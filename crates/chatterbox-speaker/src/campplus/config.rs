@@ -5,7 +5,7 @@ use crate::{Result, SpeakerError};
 /// S3Gen uses). The FCM head (32 channels, 2 + 2 residual blocks), the dense block layout
 /// (12, 24, 16 layers, kernel 3, dilations 1, 2, 2) and the segment length (100 frames) are
 /// hard-coded in the reference and here.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct CAMPPlusConfig {
     /// Filterbank bins of the input features (must be a multiple of 8). Default: `80`.

@@ -101,6 +101,16 @@ impl CAMPPlus {
         self
     }
 
+    /// Whether the crate's CPU kernels run (see [`CAMPPlus::with_cpu_kernels`]).
+    pub fn cpu_kernels(&self) -> bool {
+        self.cpu_kernels
+    }
+
+    /// The sample rate [`CAMPPlus::inference`] takes: 16000 Hz.
+    pub fn sample_rate(&self) -> u32 {
+        SAMPLE_RATE
+    }
+
     /// The configuration.
     pub fn config(&self) -> &CAMPPlusConfig {
         &self.cfg
@@ -124,28 +134,60 @@ impl CAMPPlus {
     /// clip of digital silence (the reference returns a constant vector), and clips shorter
     /// than 720 samples (45 ms; the reference returns NaN below 3 fbank frames).
     pub fn inference(&self, wav: &[f32], sample_rate: u32) -> Result<Tensor> {
-        const WHAT: &str = "CAMPPlus input";
+        self.embed_clips(&[wav], sample_rate, |_| "CAMPPlus input".to_string())
+    }
+
+    /// The x-vectors of several 16 kHz clips (`inference(audio_list)`): `(B, embedding_size)`
+    /// f32, row `i` for clip `i`.
+    ///
+    /// As in the reference (`extract_feature` + `pad_list`), each clip's features are
+    /// mean-normalised on their own, then zero-padded at the end to the longest clip's frame
+    /// count, and the network runs on the padded batch without a mask: the statistics pooling
+    /// averages over the padding, so **a clip shorter than the longest gets a different
+    /// x-vector than [`CAMPPlus::inference`] gives it alone**. The longest clips (and every
+    /// clip of a batch of equal lengths) get the same one. Embed clips one at a time to avoid
+    /// the padding.
+    ///
+    /// Errors: no clips, and for any clip those of [`CAMPPlus::inference`] (naming the clip's
+    /// index).
+    pub fn inference_batch(&self, wavs: &[&[f32]], sample_rate: u32) -> Result<Tensor> {
+        if wavs.is_empty() {
+            return Err(invalid("CAMPPlus input", "no clips"));
+        }
+        self.embed_clips(wavs, sample_rate, |i| format!("CAMPPlus input {i}"))
+    }
+
+    /// Checks the clips, computes their features, zero-pads them to the longest and embeds the
+    /// batch. `what(i)` names clip `i` in errors.
+    fn embed_clips(
+        &self,
+        wavs: &[&[f32]],
+        sample_rate: u32,
+        what: impl Fn(usize) -> String,
+    ) -> Result<Tensor> {
         if sample_rate != SAMPLE_RATE {
             return Err(SpeakerError::UnsupportedSampleRate {
-                what: WHAT.into(),
+                what: "CAMPPlus input".into(),
                 got: sample_rate,
                 expected: SAMPLE_RATE,
             });
         }
-        check_signal(WHAT, wav)?;
-        if wav.iter().all(|&v| v == 0.0) {
-            return Err(SpeakerError::SilentAudio {
-                what: WHAT.into(),
-                len: wav.len(),
-            });
-        }
         let min = self.min_samples();
-        if wav.len() < min {
-            return Err(SpeakerError::TooShort {
-                what: WHAT.into(),
-                len: wav.len(),
-                min,
-            });
+        for (i, wav) in wavs.iter().enumerate() {
+            check_signal(&what(i), wav)?;
+            if wav.iter().all(|&v| v == 0.0) {
+                return Err(SpeakerError::SilentAudio {
+                    what: what(i),
+                    len: wav.len(),
+                });
+            }
+            if wav.len() < min {
+                return Err(SpeakerError::TooShort {
+                    what: what(i),
+                    len: wav.len(),
+                    min,
+                });
+            }
         }
         if self.cfg.feat_dim != FbankOptions::campplus().num_mel_bins {
             return Err(SpeakerError::UnsupportedConfig {
@@ -153,19 +195,39 @@ impl CAMPPlus {
                 reason: "inference computes 80-bin filterbanks (extract_feature)".into(),
             });
         }
-        let feats = self.extract_feature(wav)?;
-        let (t, f) = feats.shape();
-        let _span =
-            tracing::debug_span!("CAMPPlus", frames = t, cpu_kernels = self.cpu_kernels).entered();
+        let feats = wavs
+            .iter()
+            .map(|wav| self.extract_feature(wav))
+            .collect::<Result<Vec<_>>>()?;
+        let b = feats.len();
+        let f = self.cfg.feat_dim;
+        let t = feats.iter().map(Matrix::rows).max().unwrap_or(0);
+        let _span = tracing::debug_span!(
+            "CAMPPlus",
+            clips = b,
+            frames = t,
+            cpu_kernels = self.cpu_kernels
+        )
+        .entered();
+        // `pad_list(features, pad_value=0)`: each clip's frames, then zero frames up to `t`.
+        let padded = |feat: Matrix| -> Vec<f32> {
+            let mut x = feat.into_vec();
+            x.resize(t * f, 0.0);
+            x
+        };
         if let (true, Some(cpu)) = (self.cpu_kernels, &self.cpu) {
-            let e = cpu.forward(feats.as_slice(), t);
+            let mut out = Vec::with_capacity(b * self.cfg.embedding_size);
+            for feat in feats {
+                out.extend(cpu.forward(&padded(feat), t));
+            }
             return Ok(Tensor::from_vec(
-                e,
-                (1, self.cfg.embedding_size),
+                out,
+                (b, self.cfg.embedding_size),
                 &self.device,
             )?);
         }
-        let x = Tensor::from_vec(feats.into_vec(), (1, t, f), &self.device)?;
+        let x: Vec<f32> = feats.into_iter().flat_map(padded).collect();
+        let x = Tensor::from_vec(x, (b, t, f), &self.device)?;
         self.forward(&x)
     }
 

@@ -281,6 +281,7 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn activations_match_std() {
@@ -305,7 +306,7 @@ mod tests {
         let mut a = x.clone();
         sigmoid_inplace(&mut a);
         for (a, x) in a.iter().zip(&x) {
-            assert!((a - 1.0 / (1.0 + (-x).exp())).abs() < 5e-7);
+            assert_abs_diff_eq!(*a, 1.0 / (1.0 + (-x).exp()), epsilon = 5e-7);
         }
         let n = 29; // one AVX-512 block, one AVX block and a scalar tail
         let gates: Vec<f32> = (0..4 * n).map(|i| (i as f32 - 58.0) * 0.13).collect();
@@ -314,8 +315,8 @@ mod tests {
         let s = |v: f32| 1.0 / (1.0 + (-v).exp());
         for j in 0..n {
             let cn = s(gates[n + j]) * 0.5 + s(gates[j]) * gates[2 * n + j].tanh();
-            assert!((c[j] - cn).abs() < 1e-6);
-            assert!((h[j] - s(gates[3 * n + j]) * cn.tanh()).abs() < 1e-6);
+            assert_abs_diff_eq!(c[j], cn, epsilon = 1e-6);
+            assert_abs_diff_eq!(h[j], s(gates[3 * n + j]) * cn.tanh(), epsilon = 1e-6);
         }
     }
 }

@@ -439,6 +439,7 @@ fn row_block<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use approx::assert_abs_diff_eq;
 
     #[test]
     fn matches_naive_for_every_row_count_and_chunking() {
@@ -481,13 +482,10 @@ mod tests {
                 for r in 0..m {
                     for j in 0..n {
                         let e: f32 = (0..k).map(|i| a[r * k + i] * w[j * k + i]).sum();
-                        assert!((out[r * n + j] - e).abs() < 1e-5, "m={m} r={r} j={j}");
+                        assert_abs_diff_eq!(out[r * n + j], e, epsilon = 1e-5);
                         if r > 0 {
                             let got = acc[(r - 1) * ldc + j];
-                            assert!(
-                                (got - e - addend(r, j)).abs() < 1e-5,
-                                "into: m={m} r={r} j={j}"
-                            );
+                            assert_abs_diff_eq!(got, e + addend(r, j), epsilon = 1e-5);
                         }
                     }
                 }

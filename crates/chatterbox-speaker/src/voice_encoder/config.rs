@@ -8,7 +8,7 @@ use chatterbox_dsp::features::VoiceEncoderMelConfig;
 /// The mel fields must keep the reference values that the released checkpoints use:
 /// `preemphasis = 0`, `mel_type = "amp"` and `normalized_mels = false` (other values are
 /// rejected by [`VoiceEncConfig::validate`] rather than silently ignored).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct VoiceEncConfig {
     /// Mel bins (LSTM input size). Default: `40`.
@@ -72,6 +72,12 @@ impl Default for VoiceEncConfig {
 }
 
 impl VoiceEncConfig {
+    /// The VoiceEncoder of every released Chatterbox checkpoint (`ve.safetensors` of the
+    /// English and Turbo models, `ve.pt` of the multilingual one): the reference's defaults.
+    pub fn chatterbox() -> Self {
+        Self::default()
+    }
+
     /// Rejects values the port does not implement (they are not used by any released
     /// checkpoint) and sizes of zero.
     pub fn validate(&self) -> Result<()> {

@@ -7,4 +7,4 @@ mod partials;
 
 pub use config::VoiceEncConfig;
 pub use model::VoiceEncoder;
-pub use partials::{frame_step, num_partials, EmbedOptions};
+pub use partials::{frame_step, num_partials, partial_ranges, EmbedOptions, PartialEmbeds};

@@ -1,6 +1,6 @@
 //! Port of `VoiceEncoder` in chatterbox/models/voice_encoder/voice_encoder.py (upstream 5de7a54).
 use super::lstm::Lstm;
-use super::partials::{frame_step, num_partials, EmbedOptions};
+use super::partials::{frame_step, partial_ranges, EmbedOptions, PartialEmbeds};
 use super::VoiceEncConfig;
 use crate::error::invalid;
 use crate::kernels::{gemm_rows, PackedB};
@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_dsp::features::VoiceEncoderMel;
 use chatterbox_dsp::{check_signal, trim_silence, Matrix, TrimOptions};
+use std::ops::Range;
 use std::path::Path;
 
 /// The LSTM layers of the reference (hard-coded `num_layers=3`).
@@ -112,6 +113,11 @@ impl VoiceEncoder {
     pub fn with_cpu_kernels(mut self, enabled: bool) -> Self {
         self.cpu_kernels = enabled && self.proj_cpu.is_some() && self.dtype == DType::F32;
         self
+    }
+
+    /// Whether the crate's CPU kernels run (see [`VoiceEncoder::with_cpu_kernels`]).
+    pub fn cpu_kernels(&self) -> bool {
+        self.cpu_kernels
     }
 
     /// The configuration.
@@ -224,8 +230,64 @@ impl VoiceEncoder {
     /// Utterance embeddings of mels given as `(frames, num_mels)` matrices
     /// (`embeds_from_mels`, `as_spk=False`): `(B, speaker_embed_size)` f32.
     pub fn embeds_from_mels(&self, mels: &[Matrix], opts: &EmbedOptions) -> Result<Tensor> {
-        let refs = mels
-            .iter()
+        self.embed_utterances(&self.mel_refs(mels)?, opts)
+    }
+
+    /// The frames each partial utterance of a mel of `n_frames` frames covers, with this
+    /// encoder's `ve_partial_frames` and `sample_rate` and the step `opts` gives (see
+    /// [`partial_ranges`](super::partial_ranges)). Frames at or past `n_frames` are zero
+    /// padding.
+    pub fn partial_ranges(
+        &self,
+        n_frames: usize,
+        opts: &EmbedOptions,
+    ) -> Result<Vec<Range<usize>>> {
+        let p = self.cfg.ve_partial_frames;
+        let step = frame_step(opts.overlap, opts.rate, self.cfg.sample_rate, p)?;
+        partial_ranges(n_frames, step, opts.min_coverage, p)
+    }
+
+    /// The partial utterances of one `(frames, num_mels)` mel (`stride_as_partials`):
+    /// `(n_partials, ve_partial_frames, num_mels)` f32 on the encoder's device, zero-padded
+    /// past the mel's end; what [`VoiceEncoder::forward`] embeds.
+    pub fn partials(&self, mel: &Matrix, opts: &EmbedOptions) -> Result<Tensor> {
+        let refs = self.mel_refs(std::slice::from_ref(mel))?;
+        let (partials, counts) = self.build_partials(&refs, opts)?;
+        let n = counts.iter().sum::<usize>();
+        let (p, m) = (self.cfg.ve_partial_frames, self.cfg.num_mels);
+        Ok(Tensor::from_vec(partials, (n, p, m), &self.device)?)
+    }
+
+    /// The embedding of every partial utterance of mels given as `(frames, num_mels)` matrices,
+    /// before the per-utterance mean of [`VoiceEncoder::embeds_from_mels`].
+    pub fn partial_embeds_from_mels(
+        &self,
+        mels: &[Matrix],
+        opts: &EmbedOptions,
+    ) -> Result<PartialEmbeds> {
+        let (embeds, counts) = self.partial_embeds(&self.mel_refs(mels)?, opts)?;
+        let n = counts.iter().sum::<usize>();
+        Ok(PartialEmbeds {
+            embeds: Tensor::from_vec(embeds, (n, self.cfg.speaker_embed_size), &self.device)?,
+            counts,
+        })
+    }
+
+    /// The embedding of every partial utterance of 16 kHz clips (trimmed and turned into mels
+    /// as in [`VoiceEncoder::embeds_from_wavs`], with the same errors), before the
+    /// per-utterance mean.
+    pub fn partial_embeds_from_wavs(
+        &self,
+        wavs: &[&[f32]],
+        sample_rate: u32,
+        opts: &EmbedOptions,
+    ) -> Result<PartialEmbeds> {
+        self.partial_embeds_from_mels(&self.wav_mels(wavs, sample_rate, opts)?, opts)
+    }
+
+    /// Checks mels given as matrices and views them for the partial builder.
+    fn mel_refs<'a>(&self, mels: &'a [Matrix]) -> Result<Vec<MelRef<'a>>> {
+        mels.iter()
             .enumerate()
             .map(|(i, mel)| {
                 if mel.cols() != self.cfg.num_mels || mel.rows() == 0 {
@@ -244,8 +306,7 @@ impl VoiceEncoder {
                     len: mel.rows(),
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        self.embed_utterances(&refs, opts)
+            .collect()
     }
 
     /// The speaker embedding of mels (`embeds_from_mels(as_spk=True)`): `(speaker_embed_size,)`.
@@ -268,6 +329,16 @@ impl VoiceEncoder {
         sample_rate: u32,
         opts: &EmbedOptions,
     ) -> Result<Tensor> {
+        self.embeds_from_mels(&self.wav_mels(wavs, sample_rate, opts)?, opts)
+    }
+
+    /// The mels of 16 kHz clips, trimmed with `opts.trim_top_db`.
+    fn wav_mels(
+        &self,
+        wavs: &[&[f32]],
+        sample_rate: u32,
+        opts: &EmbedOptions,
+    ) -> Result<Vec<Matrix>> {
         if sample_rate != self.cfg.sample_rate {
             return Err(SpeakerError::UnsupportedSampleRate {
                 what: "VoiceEncoder input".into(),
@@ -275,12 +346,10 @@ impl VoiceEncoder {
                 expected: self.cfg.sample_rate,
             });
         }
-        let mels = wavs
-            .iter()
+        wavs.iter()
             .enumerate()
             .map(|(i, wav)| self.melspectrogram(wav, opts.trim_top_db, &format!("wav {i}")))
-            .collect::<Result<Vec<_>>>()?;
-        self.embeds_from_mels(&mels, opts)
+            .collect()
     }
 
     /// The speaker embedding of 16 kHz clips (`embeds_from_wavs(as_spk=True)`): the
@@ -335,24 +404,25 @@ impl VoiceEncoder {
         Ok(self.mel.compute(wav)?.transpose())
     }
 
-    /// Cuts every utterance into partials, embeds them and reduces per utterance.
-    fn embed_utterances(&self, mels: &[MelRef], opts: &EmbedOptions) -> Result<Tensor> {
+    /// Cuts every utterance into partials: `(N * ve_partial_frames * num_mels)` values and the
+    /// partials of each utterance.
+    fn build_partials(
+        &self,
+        mels: &[MelRef],
+        opts: &EmbedOptions,
+    ) -> Result<(Vec<f32>, Vec<usize>)> {
         if mels.is_empty() {
             return Err(invalid("utterances", "none given"));
         }
-        let (p, m, e) = (
-            self.cfg.ve_partial_frames,
-            self.cfg.num_mels,
-            self.cfg.speaker_embed_size,
-        );
+        let (p, m) = (self.cfg.ve_partial_frames, self.cfg.num_mels);
         let step = frame_step(opts.overlap, opts.rate, self.cfg.sample_rate, p)?;
         let mut counts = Vec::with_capacity(mels.len());
         let mut partials: Vec<f32> = Vec::new();
         for mel in mels {
-            let (n, _target) = num_partials(mel.len, step, opts.min_coverage, p)?;
-            counts.push(n);
-            for i in 0..n {
-                let start = i * step;
+            let ranges = partial_ranges(mel.len, step, opts.min_coverage, p)?;
+            counts.push(ranges.len());
+            for range in ranges {
+                let start = range.start;
                 let have = mel.frames.saturating_sub(start).min(p);
                 if have > 0 {
                     partials.extend_from_slice(&mel.data[start * m..(start + have) * m]);
@@ -360,6 +430,22 @@ impl VoiceEncoder {
                 partials.resize(partials.len() + (p - have) * m, 0.0);
             }
         }
+        Ok((partials, counts))
+    }
+
+    /// Cuts every utterance into partials and embeds them: `(N * speaker_embed_size)` values
+    /// and the partials of each utterance.
+    fn partial_embeds(
+        &self,
+        mels: &[MelRef],
+        opts: &EmbedOptions,
+    ) -> Result<(Vec<f32>, Vec<usize>)> {
+        let (partials, counts) = self.build_partials(mels, opts)?;
+        let (p, m, e) = (
+            self.cfg.ve_partial_frames,
+            self.cfg.num_mels,
+            self.cfg.speaker_embed_size,
+        );
         let total: usize = counts.iter().sum();
         let _span = tracing::debug_span!("VoiceEncoder", utterances = mels.len(), partials = total)
             .entered();
@@ -381,6 +467,13 @@ impl VoiceEncoder {
                 embeds.extend(self.forward(&x)?.flatten_all()?.to_vec1::<f32>()?);
             }
         }
+        Ok((embeds, counts))
+    }
+
+    /// Cuts every utterance into partials, embeds them and reduces per utterance.
+    fn embed_utterances(&self, mels: &[MelRef], opts: &EmbedOptions) -> Result<Tensor> {
+        let e = self.cfg.speaker_embed_size;
+        let (embeds, counts) = self.partial_embeds(mels, opts)?;
         // Mean of each utterance's partial embeddings, L2-normalised (on the host, as the
         // reference does after `.cpu()`).
         let mut out = Vec::with_capacity(mels.len() * e);

@@ -1,8 +1,11 @@
-//! Port of `get_frame_step` and `get_num_wins` in
+//! Port of `get_frame_step`, `get_num_wins` and `stride_as_partials` in
 //! chatterbox/models/voice_encoder/voice_encoder.py (upstream 5de7a54): how an utterance's mel
-//! is cut into overlapping fixed-length partial utterances.
+//! is cut into overlapping fixed-length partial utterances, and the per-partial embeddings
+//! `inference` averages.
 use crate::error::invalid;
 use crate::Result;
+use candle_core::Tensor;
+use std::ops::Range;
 
 /// Options of the embedding functions: the keyword arguments of the reference's
 /// `embeds_from_wavs` / `inference`. `Default` is what `embeds_from_wavs` uses.
@@ -42,6 +45,36 @@ impl Default for EmbedOptions {
 }
 
 impl EmbedOptions {
+    /// Sets `rate` (`None`: the step comes from `overlap`).
+    pub fn with_rate(mut self, rate: Option<f64>) -> Self {
+        self.rate = rate;
+        self
+    }
+
+    /// Sets `overlap` (used when `rate` is `None`).
+    pub fn with_overlap(mut self, overlap: f64) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Sets `min_coverage`.
+    pub fn with_min_coverage(mut self, min_coverage: f64) -> Self {
+        self.min_coverage = min_coverage;
+        self
+    }
+
+    /// Sets `batch_size` (`0`: all partials at once).
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets `trim_top_db` (`None`: no trimming).
+    pub fn with_trim_top_db(mut self, trim_top_db: Option<f32>) -> Self {
+        self.trim_top_db = trim_top_db;
+        self
+    }
+
     /// The defaults of the reference's `embeds_from_mels` / `inference` (`rate = None`, so
     /// partials overlap by half: a step of 80 frames).
     pub fn from_mels_defaults() -> Self {
@@ -110,6 +143,47 @@ pub fn num_partials(
     Ok((n_wins, win + step * (n_wins - 1)))
 }
 
+/// The frames each partial utterance of a mel of `n_frames` frames covers
+/// (`stride_as_partials`): partial `i` is frames `i * step .. i * step + partial_frames`, and
+/// frames at or past `n_frames` are zero padding. There are
+/// [`num_partials`]`(n_frames, ..).0` of them.
+pub fn partial_ranges(
+    n_frames: usize,
+    step: usize,
+    min_coverage: f64,
+    partial_frames: usize,
+) -> Result<Vec<Range<usize>>> {
+    let (n, _target) = num_partials(n_frames, step, min_coverage, partial_frames)?;
+    Ok((0..n)
+        .map(|i| i * step..i * step + partial_frames)
+        .collect())
+}
+
+/// The embeddings of every partial utterance of a batch of utterances, before `inference`
+/// averages them (`partial_embeds` in the reference).
+#[derive(Debug, Clone)]
+pub struct PartialEmbeds {
+    /// `(N, speaker_embed_size)` f32, each row L2-normalised: utterance 0's partials first, in
+    /// order, then utterance 1's, and so on.
+    pub embeds: Tensor,
+    /// Partials of each utterance (they sum to `N`).
+    pub counts: Vec<usize>,
+}
+
+impl PartialEmbeds {
+    /// The partial embeddings of utterance `index`, `(counts[index], speaker_embed_size)`.
+    pub fn utterance(&self, index: usize) -> Result<Tensor> {
+        let Some(&n) = self.counts.get(index) else {
+            return Err(invalid(
+                "utterance index",
+                format!("{index} of {} utterances", self.counts.len()),
+            ));
+        };
+        let start = self.counts[..index].iter().sum();
+        Ok(self.embeds.narrow(0, start, n)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +214,17 @@ mod tests {
         assert_eq!(num_partials(250, 77, 0.8, 160).unwrap(), (2, 237));
         assert!(num_partials(0, 77, 0.8, 160).is_err());
         assert!(num_partials(10, 77, 0.0, 160).is_err());
+    }
+
+    #[test]
+    fn partial_ranges_step_through_the_mel() {
+        assert_eq!(
+            partial_ranges(237, 77, 0.8, 160).unwrap(),
+            vec![0..160, 77..237]
+        );
+        // shorter than a partial: one range past the end (zero padding)
+        assert_eq!(partial_ranges(10, 77, 0.8, 160).unwrap(), vec![0..160]);
+        assert_eq!(partial_ranges(601, 77, 0.8, 160).unwrap().len(), 7);
+        assert!(partial_ranges(0, 77, 0.8, 160).is_err());
     }
 }
