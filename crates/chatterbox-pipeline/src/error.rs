@@ -99,6 +99,10 @@ pub enum PipelineError {
         /// Why.
         reason: String,
     },
+    /// A batched decode step failed (a device error): every stream decoding in it fails with
+    /// this, as their state is unknown.
+    #[error("the batched decode step failed: {0}")]
+    BatchStep(String),
     /// T3 produced no speech token to synthesise.
     #[error("T3 generated no speech tokens for chunk {chunk} ({text:?})")]
     NoSpeechTokens {

@@ -36,9 +36,9 @@ pub use s3gen::{
 };
 pub use stream_synth::{StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
 pub use tts::{
-    drop_invalid_tokens, AudioChunk, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
-    ChunkOutput, SpeechStream, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE,
-    TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+    drop_invalid_tokens, AudioChunk, BatchOutput, ChatterboxMultilingualTts, ChatterboxTts,
+    ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId, MIN_REF_SECS, SPEECH_EOS,
+    SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;
@@ -51,4 +51,4 @@ pub use watermark::{
 // Re-exported so callers need not depend on the component crates for common types.
 pub use candle_core::{DType, Device};
 pub use chatterbox_dsp::Audio;
-pub use chatterbox_t3::Sampling;
+pub use chatterbox_t3::{BatchOptions, Sampling};

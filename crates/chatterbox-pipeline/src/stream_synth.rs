@@ -256,7 +256,8 @@ impl<'a> StreamingVocoder<'a> {
 /// ```
 pub struct StreamingSynth<'a, D: Draws> {
     s3gen: &'a S3Gen,
-    reference: &'a S3GenRef,
+    /// A copy (its tensors are shared, not duplicated): a stream may outlive the caller's.
+    reference: S3GenRef,
     schedule: StreamSchedule,
     opts: S3GenOptions,
     draws: D,
@@ -274,7 +275,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// `draws` (owned, or borrowed as `&mut draws`).
     pub fn new(
         s3gen: &'a S3Gen,
-        reference: &'a S3GenRef,
+        reference: &S3GenRef,
         schedule: StreamSchedule,
         opts: S3GenOptions,
         draws: D,
@@ -282,7 +283,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         schedule.validate(s3gen.flow().config().token_mel_ratio)?;
         Ok(Self {
             s3gen,
-            reference,
+            reference: reference.clone(),
             vocoder: StreamingVocoder::new(s3gen.mel2wav(), schedule.overlap_frames)?,
             schedule,
             opts,

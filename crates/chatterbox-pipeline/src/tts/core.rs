@@ -375,26 +375,56 @@ impl TtsCore {
                     "CFG, min_p and exaggeration are not supported by Turbo and will be ignored"
                 );
             }
-            let mut o = chatterbox_t3::TurboOptions::default();
-            o.temperature = opts.temperature;
-            o.top_k = opts.top_k;
-            o.top_p = opts.top_p;
-            o.repetition_penalty = opts.repetition_penalty;
-            o.max_gen_len = opts.max_new_tokens;
-            o.sampling = sampling;
-            Ok(self.t3.generate_turbo(cond_emb, ids, &o)?)
+            Ok(self
+                .t3
+                .generate_turbo(cond_emb, ids, &Self::turbo_options(opts, sampling))?)
         } else {
             let padded = self.t3.pad_text_tokens(ids);
-            let mut o = chatterbox_t3::GenerateOptions::default();
-            o.max_new_tokens = opts.max_new_tokens;
-            o.temperature = opts.temperature;
-            o.top_p = opts.top_p;
-            o.min_p = opts.min_p;
-            o.repetition_penalty = opts.repetition_penalty;
-            o.cfg_weight = opts.cfg_weight;
-            o.sampling = sampling;
-            Ok(self.t3.generate(cond_emb, &padded, &o)?)
+            Ok(self
+                .t3
+                .generate(cond_emb, &padded, &Self::t3_options(opts, sampling))?)
         }
+    }
+
+    /// [`TtsCore::token_stream`]'s request started in a batch decoder instead: the request's
+    /// id and the events of its first draw.
+    pub(crate) fn admit<'a>(
+        &'a self,
+        batch: &mut chatterbox_t3::BatchDecoder<'a>,
+        cond_emb: &Tensor,
+        ids: &[u32],
+        opts: &GenerateOptions,
+        sampling: Sampling,
+    ) -> Result<(chatterbox_t3::RequestId, Vec<chatterbox_t3::BatchEvent>)> {
+        if self.is_turbo() {
+            Ok(batch.admit_turbo(cond_emb, ids, &Self::turbo_options(opts, sampling))?)
+        } else {
+            let padded = self.t3.pad_text_tokens(ids);
+            Ok(batch.admit_generate(cond_emb, &padded, &Self::t3_options(opts, sampling))?)
+        }
+    }
+
+    fn turbo_options(opts: &GenerateOptions, sampling: Sampling) -> chatterbox_t3::TurboOptions {
+        let mut o = chatterbox_t3::TurboOptions::default();
+        o.temperature = opts.temperature;
+        o.top_k = opts.top_k;
+        o.top_p = opts.top_p;
+        o.repetition_penalty = opts.repetition_penalty;
+        o.max_gen_len = opts.max_new_tokens;
+        o.sampling = sampling;
+        o
+    }
+
+    fn t3_options(opts: &GenerateOptions, sampling: Sampling) -> chatterbox_t3::GenerateOptions {
+        let mut o = chatterbox_t3::GenerateOptions::default();
+        o.max_new_tokens = opts.max_new_tokens;
+        o.temperature = opts.temperature;
+        o.top_p = opts.top_p;
+        o.min_p = opts.min_p;
+        o.repetition_penalty = opts.repetition_penalty;
+        o.cfg_weight = opts.cfg_weight;
+        o.sampling = sampling;
+        o
     }
 
     /// The text chunks `generate` speaks one after the other (`max_chunk_chars`).

@@ -1,5 +1,6 @@
 //! The text-to-speech models: `ChatterboxTTS` (chatterbox/tts.py), `ChatterboxMultilingualTTS`
 //! (chatterbox/mtl_tts.py) and `ChatterboxTurboTTS` (chatterbox/tts_turbo.py), upstream 5de7a54.
+mod batch;
 mod core;
 mod stream;
 
@@ -8,6 +9,7 @@ pub use self::core::{
     TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 
+pub use self::batch::{BatchOutput, SpeechBatch, StreamId};
 pub use self::stream::{AudioChunk, SpeechStream};
 
 use self::core::TtsCore;
@@ -136,6 +138,15 @@ macro_rules! tts_methods {
             /// generation.
             pub fn stream(&self, text: &str, opts: &GenerateOptions) -> Result<SpeechStream<'_>> {
                 SpeechStream::new(&self.core, text, opts)
+            }
+
+            /// Many texts spoken at once, each in its own voice: their streams share one
+            /// batched T3 decoder of `opts.slots` requests (see [`SpeechBatch`]; it
+            /// preallocates [`chatterbox_t3::BatchDecoder::memory_bytes`] of KV cache). Each
+            /// stream's chunks are those [`Self::stream`] gives with the same voice, text
+            /// and options.
+            pub fn batch(&self, opts: chatterbox_t3::BatchOptions) -> Result<SpeechBatch<'_>> {
+                SpeechBatch::new(&self.core, opts)
             }
 
             /// One generation without chunking, with T3's sampling and S3Gen's draws given

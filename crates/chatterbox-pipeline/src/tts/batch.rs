@@ -1,0 +1,212 @@
+//! Many texts spoken at once (issue 27; no counterpart in the chatterbox reference, which
+//! speaks one text per call): each is a [`SpeechStream`] whose sentences' speech tokens come
+//! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
+//! stream instead of once per stream. The flow and HiFT run per stream, on each chunk as it
+//! is due, exactly as a stream on its own runs them.
+//!
+//! A stream's tokens, CFM noise and audio are those of the same stream on its own (same seed:
+//! the decoder gives each request its own stream's draws), whatever the other streams are.
+use super::core::TtsCore;
+use super::stream::{AudioChunk, SpeechStream, Step};
+use crate::conditionals::Conditionals;
+use crate::options::GenerateOptions;
+use crate::{PipelineError, Result};
+use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
+
+/// A stream's handle in a [`SpeechBatch`].
+pub type StreamId = u64;
+
+/// What a [`SpeechBatch::step`] produced for one stream.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BatchOutput {
+    /// Audio; the stream has left the batch after its chunk with `is_last`.
+    Chunk(AudioChunk),
+    /// The stream failed and has left the batch.
+    Failed(PipelineError),
+}
+
+struct Entry<'a> {
+    id: StreamId,
+    stream: SpeechStream<'a>,
+}
+
+/// Streams spoken together: see the module docs. Created by the models' `batch`.
+pub struct SpeechBatch<'a> {
+    core: &'a TtsCore,
+    decoder: BatchDecoder<'a>,
+    /// In the order they joined: the first waiting stream gets the next free slot.
+    streams: Vec<Entry<'a>>,
+    next_id: StreamId,
+}
+
+impl std::fmt::Debug for SpeechBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpeechBatch")
+            .field("streams", &self.streams.len())
+            .field("decoder", &self.decoder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SpeechBatch<'a> {
+    pub(crate) fn new(core: &'a TtsCore, opts: BatchOptions) -> Result<Self> {
+        Ok(Self {
+            core,
+            decoder: BatchDecoder::new(&core.t3, opts)?,
+            streams: Vec::new(),
+            next_id: 0,
+        })
+    }
+
+    /// Adds `text` spoken in the voice of `conds` with `opts` (checked now: bad input is an
+    /// error here, not later). It starts at the next [`SpeechBatch::step`] with a free slot.
+    pub fn add(
+        &mut self,
+        conds: &Conditionals,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<StreamId> {
+        let stream = SpeechStream::with_conditionals(self.core, conds, text, opts, true)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.streams.push(Entry { id, stream });
+        Ok(id)
+    }
+
+    /// Streams not yet finished (decoding, or waiting for a slot).
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Whether no stream is left.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    /// Streams whose sentence is decoding in a slot now.
+    pub fn decoding(&self) -> usize {
+        self.decoder.active()
+    }
+
+    /// Whether a stream added now would find a free slot at the next step.
+    pub fn has_room(&self) -> bool {
+        self.decoder.has_room()
+    }
+
+    /// The T3 decoder's options.
+    pub fn options(&self) -> &BatchOptions {
+        self.decoder.options()
+    }
+
+    /// Drops a stream (its client went away): its slot is free at once. Returns whether it
+    /// was in the batch.
+    pub fn cancel(&mut self, id: StreamId) -> bool {
+        let Some(i) = self.streams.iter().position(|e| e.id == id) else {
+            return false;
+        };
+        let e = self.streams.remove(i);
+        if let Some(r) = e.stream.batch_request() {
+            self.decoder.cancel(r);
+        }
+        true
+    }
+
+    /// One round: streams that need their next sentence join the decoder while slots are
+    /// free (in the order they were added), one batched T3 step runs, and every stream turns
+    /// the tokens it got into audio where a chunk is due. Returns each stream's chunks and
+    /// failures; a stream leaves after its last chunk or its failure.
+    pub fn step(&mut self) -> Vec<(StreamId, BatchOutput)> {
+        let mut out = Vec::new();
+        let mut failed: Vec<StreamId> = Vec::new();
+        // Admissions, first come first served.
+        for i in 0..self.streams.len() {
+            if !self.decoder.has_room() {
+                break;
+            }
+            let e = &mut self.streams[i];
+            if e.stream.batch_request().is_some() {
+                continue;
+            }
+            let r = match e.stream.pump() {
+                Ok(Step::NeedsSentence) => e.stream.start_sentence(Some(&mut self.decoder)),
+                Ok(_) => Ok(Vec::new()),
+                Err(err) => Err(err),
+            };
+            match r.and_then(|events| {
+                events
+                    .into_iter()
+                    .try_for_each(|ev| self.streams[i].stream.deliver(ev))
+            }) {
+                Ok(()) => {}
+                Err(err) => {
+                    out.push((self.streams[i].id, BatchOutput::Failed(err)));
+                    failed.push(self.streams[i].id);
+                }
+            }
+        }
+        // One decode step for every request in a slot.
+        if self.decoder.active() > 0 {
+            match self.decoder.step() {
+                Ok(events) => {
+                    for ev in events {
+                        let rid = match &ev {
+                            BatchEvent::Token { id, .. }
+                            | BatchEvent::Finished { id, .. }
+                            | BatchEvent::Failed { id, .. } => *id,
+                        };
+                        if let Some(e) = self
+                            .streams
+                            .iter_mut()
+                            .find(|e| e.stream.batch_request() == Some(rid))
+                        {
+                            if let Err(err) = e.stream.deliver(ev) {
+                                out.push((e.id, BatchOutput::Failed(err)));
+                                failed.push(e.id);
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    // a failed step leaves every decoding request's state unknown
+                    let msg = err.to_string();
+                    for e in &self.streams {
+                        if let Some(r) = e.stream.batch_request() {
+                            self.decoder.cancel(r);
+                            out.push((
+                                e.id,
+                                BatchOutput::Failed(PipelineError::BatchStep(msg.clone())),
+                            ));
+                            failed.push(e.id);
+                        }
+                    }
+                }
+            }
+        }
+        // Audio from the tokens each stream got.
+        for e in self.streams.iter_mut() {
+            if failed.contains(&e.id) {
+                continue;
+            }
+            let pumped = e.stream.pump();
+            for c in e.stream.take_ready() {
+                out.push((e.id, BatchOutput::Chunk(c)));
+            }
+            if let Err(err) = pumped {
+                out.push((e.id, BatchOutput::Failed(err)));
+                failed.push(e.id);
+            }
+        }
+        let decoder = &mut self.decoder;
+        self.streams.retain(|e| {
+            let gone = failed.contains(&e.id) || e.stream.is_done();
+            if gone {
+                if let Some(r) = e.stream.batch_request() {
+                    decoder.cancel(r);
+                }
+            }
+            !gone
+        });
+        out
+    }
+}

@@ -1,0 +1,281 @@
+//! `batch` on the tiny english/turbo checkpoints of the parity fixtures: streams of different
+//! voices, texts (one and several sentences), seeds and token limits spoken together, joining
+//! while others run and through fewer slots than streams; each stream's chunks must be exactly
+//! those of the same stream on its own (`stream`).
+#![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
+mod fuzz_support;
+
+use chatterbox_pipeline::{
+    Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
+    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError,
+    StreamSchedule,
+};
+use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
+use std::collections::HashMap;
+
+fn clip(min_samples: usize, gain: f32, rotate: usize) -> Audio {
+    let wav = pipeline_fixture("english")["in.ref_24k"]
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let mut long = wav.clone();
+    while long.len() < min_samples {
+        long.extend_from_slice(&wav);
+    }
+    let n = long.len();
+    long.rotate_left(rotate % n);
+    Audio::new(long.iter().map(|v| v * gain).collect(), 24_000)
+}
+
+/// A stream of the test: its voice, text and options, and the round it joins at.
+struct Job {
+    voice: usize,
+    text: &'static str,
+    opts: GenerateOptions,
+    join_at: usize,
+}
+
+/// Speaks `jobs` through one batch of `slots` slots; returns each job's chunks.
+fn batched(
+    batch: &mut chatterbox_pipeline::SpeechBatch<'_>,
+    voices: &[Conditionals],
+    jobs: &[Job],
+) -> Vec<Vec<AudioChunk>> {
+    let mut out: Vec<Vec<AudioChunk>> = (0..jobs.len()).map(|_| Vec::new()).collect();
+    let mut who = HashMap::new();
+    let mut round = 0;
+    let mut added = 0;
+    while added < jobs.len() || !batch.is_empty() {
+        for (k, j) in jobs.iter().enumerate() {
+            if j.join_at == round {
+                let id = batch.add(&voices[j.voice], j.text, &j.opts).unwrap();
+                who.insert(id, k);
+                added += 1;
+            }
+        }
+        for (id, o) in batch.step() {
+            match o {
+                BatchOutput::Chunk(c) => out[who[&id]].push(c),
+                BatchOutput::Failed(e) => panic!("stream {id} failed: {e}"),
+                _ => unreachable!(),
+            }
+        }
+        round += 1;
+        assert!(round < 2000, "the batch does not finish");
+    }
+    out
+}
+
+fn check(
+    solo: impl Fn(&Conditionals, &Job) -> Vec<AudioChunk>,
+    voices: &[Conditionals],
+    jobs: &[Job],
+    got: &[Vec<AudioChunk>],
+) {
+    for (k, (j, chunks)) in jobs.iter().zip(got).enumerate() {
+        let want = solo(&voices[j.voice], j);
+        assert!(!want.is_empty());
+        assert_eq!(chunks.len(), want.len(), "job {k}: chunk count");
+        for (a, b) in chunks.iter().zip(&want) {
+            assert_eq!(a, b, "job {k}: chunk {}", b.index);
+        }
+        assert!(chunks.last().unwrap().is_last, "job {k}");
+    }
+}
+
+fn english_jobs() -> Vec<Job> {
+    let opts = |seed: u64, max: usize| {
+        let mut o = GenerateOptions::english()
+            .with_seed(seed)
+            .with_stream_schedule(StreamSchedule::new(vec![6, 8]));
+        o.max_new_tokens = max;
+        o.max_chunk_chars = 14;
+        o
+    };
+    vec![
+        Job {
+            voice: 0,
+            text: "Hello there.",
+            opts: opts(11, 30),
+            join_at: 0,
+        },
+        Job {
+            voice: 1,
+            text: "How are you? I am fine.",
+            opts: opts(5, 14),
+            join_at: 0,
+        },
+        Job {
+            voice: 0,
+            text: "A third one.",
+            opts: opts(11, 20),
+            join_at: 3,
+        },
+        Job {
+            voice: 1,
+            text: "Late.",
+            opts: {
+                let mut o = opts(2, 9);
+                o.cfg_weight = 0.0;
+                o.temperature = 1.2;
+                o
+            },
+            join_at: 7,
+        },
+    ]
+}
+
+#[test]
+fn english_streams_in_a_batch_equal_their_solo_streams() {
+    let dir = checkpoint_dir("english", "batch-en");
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let mut voices = Vec::new();
+    for (gain, rot) in [(1.0, 0), (0.6, 9000)] {
+        tts.prepare_conditionals_from_audio(&clip(0, gain, rot), 0.5)
+            .unwrap();
+        voices.push(tts.conditionals().cloned().unwrap());
+    }
+    let jobs = english_jobs();
+    let solo = |c: &Conditionals, j: &Job| {
+        let mut t = tts.clone();
+        t.set_conditionals(c.clone());
+        t.stream(j.text, &j.opts)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect::<Vec<_>>()
+    };
+    for slots in [4, 2, 1] {
+        let opts = BatchOptions::default()
+            .with_slots(slots)
+            .with_positions(256)
+            .with_bucket(32);
+        let mut batch = tts.batch(opts).unwrap();
+        let got = batched(&mut batch, &voices, &jobs);
+        check(solo, &voices, &jobs, &got);
+        assert_eq!(batch.decoding(), 0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn turbo_streams_in_a_batch_equal_their_solo_streams() {
+    let dir = checkpoint_dir("turbo", "batch-turbo");
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    let mut voices = Vec::new();
+    for (gain, rot) in [(1.0, 0), (0.5, 20_000)] {
+        tts.prepare_conditionals_from_audio(&clip(132_000, gain, rot), 0.0)
+            .unwrap();
+        voices.push(tts.conditionals().cloned().unwrap());
+    }
+    let opts = |seed: u64, max: usize| {
+        let mut o = GenerateOptions::turbo()
+            .with_seed(seed)
+            .with_stream_schedule(StreamSchedule::new(vec![4, 8]));
+        o.max_new_tokens = max;
+        o
+    };
+    let jobs = vec![
+        Job {
+            voice: 0,
+            text: "Hello there.",
+            opts: opts(3, 20),
+            join_at: 0,
+        },
+        Job {
+            voice: 1,
+            text: "Another voice speaking.",
+            opts: opts(4, 12),
+            join_at: 2,
+        },
+        Job {
+            voice: 0,
+            text: "Third.",
+            opts: {
+                let mut o = opts(9, 16);
+                o.top_k = 20;
+                o.top_p = 0.8;
+                o
+            },
+            join_at: 2,
+        },
+    ];
+    let solo = |c: &Conditionals, j: &Job| {
+        let mut t = tts.clone();
+        t.set_conditionals(c.clone());
+        t.stream(j.text, &j.opts)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect::<Vec<_>>()
+    };
+    for slots in [3, 1] {
+        let opts = BatchOptions::default()
+            .with_slots(slots)
+            .with_positions(512)
+            .with_bucket(32);
+        let mut batch = tts.batch(opts).unwrap();
+        let got = batched(&mut batch, &voices, &jobs);
+        check(solo, &voices, &jobs, &got);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
+    let dir = checkpoint_dir("english", "batch-errors");
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    tts.prepare_conditionals_from_audio(&clip(0, 1.0, 0), 0.5)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    let opts = BatchOptions::default()
+        .with_slots(1)
+        .with_positions(128)
+        .with_bucket(32);
+    let mut batch = tts.batch(opts).unwrap();
+    let jobs = english_jobs();
+    // bad options are refused when added
+    let mut bad = jobs[0].opts.clone();
+    bad.temperature = -1.0;
+    let e = batch.add(&voice, "Hello.", &bad).unwrap_err();
+    assert!(matches!(e, PipelineError::InvalidInput { .. }), "{e}");
+    // a stream asking for more tokens than a slot holds fails alone
+    let mut long = jobs[0].opts.clone();
+    long.max_new_tokens = 500;
+    let too_long = batch.add(&voice, "Hello.", &long).unwrap();
+    let ok = batch.add(&voice, "Hello.", &jobs[0].opts).unwrap();
+    let cancelled = batch.add(&voice, "Hello.", &jobs[0].opts).unwrap();
+    let mut failed = Vec::new();
+    let mut last = HashMap::new();
+    let mut rounds = 0;
+    while !batch.is_empty() {
+        for (id, o) in batch.step() {
+            match o {
+                BatchOutput::Failed(e) => failed.push((id, e.to_string())),
+                BatchOutput::Chunk(c) => {
+                    last.insert(id, c.is_last);
+                }
+                _ => unreachable!(),
+            }
+        }
+        if rounds == 2 {
+            // the one-slot batch serves `ok` now; `cancelled` waits and is dropped
+            assert!(batch.cancel(cancelled));
+            assert!(!batch.cancel(cancelled));
+        }
+        rounds += 1;
+        assert!(rounds < 500);
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, too_long);
+    assert!(
+        failed[0].1.contains("batch slot positions"),
+        "{}",
+        failed[0].1
+    );
+    assert_eq!(last.get(&ok), Some(&true));
+    assert!(!last.contains_key(&cancelled));
+    let _ = std::fs::remove_dir_all(&dir);
+}
