@@ -8,7 +8,7 @@ use crate::speak::{self, Tts};
 use crate::{device, preflight};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
-use chatterbox_pipeline::MultilingualT3;
+use chatterbox_pipeline::{BatchOptions, MultilingualT3};
 use chatterbox_server::{
     shutdown_signal, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
     SpeechModel,
@@ -198,13 +198,29 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
     Ok(c)
 }
 
-/// A loaded model as the server serves it.
-fn speech_model(tts: Tts) -> Box<dyn SpeechModel> {
-    Box::new(match tts {
+/// A loaded model as the server serves it, batching `batching.slots` requests (0: none).
+fn speech_model(tts: Tts, batching: &BatchOptions) -> Box<dyn SpeechModel> {
+    let m = match tts {
         Tts::English(m) => PipelineModel::from(m),
         Tts::Multilingual(m) => PipelineModel::from(m),
         Tts::Turbo(m) => PipelineModel::from(m),
-    })
+    };
+    Box::new(m.with_batching(batching.clone()))
+}
+
+/// Positions a batch slot holds beyond the speech tokens: the conditioning prefix and a
+/// sentence chunk's text tokens (English's prefix is 34 + up to 150 prompt tokens; a
+/// 300-character chunk is under 150 text tokens).
+const BATCH_PREFIX_ROOM: usize = 512;
+
+/// The batching of a worker: `--batch` slots (none by default: until the flow and HiFT batch
+/// too, a batch's streams under-run at 4 clients and more; see docs/benchmarks.md).
+fn batching(args: &ServeArgs) -> BatchOptions {
+    let slots = args.batch.unwrap_or(0);
+    let tokens = args.max_new_tokens.map_or(1000, |n| n as usize);
+    BatchOptions::default()
+        .with_slots(slots)
+        .with_positions(tokens + BATCH_PREFIX_ROOM)
 }
 
 /// What a worker loads.
@@ -214,6 +230,8 @@ struct Load {
     dtype: DType,
     /// Perth's checkpoint (`None`: no watermark).
     perth: Option<std::path::PathBuf>,
+    /// Continuous batching per model.
+    batching: BatchOptions,
 }
 
 /// The worker of `dev`: loads every planned model on it (on the worker's thread).
@@ -223,6 +241,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
         mtl,
         dtype,
         perth,
+        batching,
     } = load;
     let label = device::describe(&dev);
     let name = label.clone();
@@ -248,7 +267,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
                         secs = format!("{:.1}", t0.elapsed().as_secs_f64()),
                         "model loaded"
                     );
-                    models.push(speech_model(tts));
+                    models.push(speech_model(tts, &batching));
                 }
                 Err(e) => {
                     let e = e.context(format!(
@@ -302,6 +321,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 mtl: mtl.clone(),
                 dtype,
                 perth: perth.clone(),
+                batching: batching(&args),
             };
             worker(d, load, failure.clone())
         })

@@ -11,6 +11,8 @@
 //! requests ask for `voice=alloy`, which maps to it). `CHATTERBOX_BENCH_DEVICE=cuda` (with
 //! `--features cuda`) serves from GPU 0 with bf16 T3 and flow; `CHATTERBOX_SERVE_GPUS=N`
 //! from GPUs 0..N, one worker each (the GPU memory sampled is GPU 0's).
+//! `CHATTERBOX_SERVE_BATCH=S` serves up to `S` requests at once per worker through one batched
+//! T3 decoder (continuous batching, issue 27); 0 (default) one at a time.
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -53,8 +55,8 @@ use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip, S3GEN_SR, S3_SR,
 };
 use chatterbox_server::{
-    ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig, SpeechModel,
-    SAMPLE_RATE,
+    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
+    SpeechBatch, SpeechModel, SAMPLE_RATE,
 };
 use chatterbox_testkit::{speech_like, BenchRecord, Timing};
 use std::path::{Path, PathBuf};
@@ -166,11 +168,61 @@ impl SpeechModel for Capped {
         text: &str,
         opts: &GenerateOptions,
     ) -> Result<ChunkIter<'a>, ModelError> {
+        self.inner.stream(text, &self.capped(opts))
+    }
+    fn concurrency(&self) -> usize {
+        self.inner.concurrency()
+    }
+    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+        Some(self.inner.batch()?.map(|inner| {
+            Box::new(CappedBatch {
+                inner,
+                cap: self.cap.clone(),
+            }) as Box<dyn SpeechBatch + '_>
+        }))
+    }
+}
+
+impl Capped {
+    fn capped(&self, opts: &GenerateOptions) -> GenerateOptions {
         let mut o = opts.clone();
         o.max_new_tokens = o
             .max_new_tokens
             .min(self.cap.load(Ordering::Acquire).max(1));
-        self.inner.stream(text, &o)
+        o
+    }
+}
+
+/// [`Capped`]'s batch: the same cap on what is added.
+struct CappedBatch<'a> {
+    inner: Box<dyn SpeechBatch + 'a>,
+    cap: Arc<AtomicUsize>,
+}
+
+impl SpeechBatch for CappedBatch<'_> {
+    fn has_room(&self) -> bool {
+        self.inner.has_room()
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn add(
+        &mut self,
+        voice: Option<&Path>,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<u64, ModelError> {
+        let mut o = opts.clone();
+        o.max_new_tokens = o
+            .max_new_tokens
+            .min(self.cap.load(Ordering::Acquire).max(1));
+        self.inner.add(voice, text, &o)
+    }
+    fn step(&mut self) -> Vec<(u64, BatchItem)> {
+        self.inner.step()
+    }
+    fn cancel(&mut self, id: u64) {
+        self.inner.cancel(id)
     }
 }
 
@@ -565,8 +617,11 @@ async fn bench_main() -> anyhow::Result<()> {
     };
     let dir = checkpoint(&variant, marker)?;
     let cap = Arc::new(AtomicUsize::new(tokens));
+    let batching = chatterbox_pipeline::BatchOptions::default()
+        .with_slots(env_usize("CHATTERBOX_SERVE_BATCH", 0))
+        .with_positions(tokens.max(mem_tokens) + 512);
     let loader = |dev: Device| {
-        let (dir, cap) = (dir.clone(), cap.clone());
+        let (dir, cap, batching) = (dir.clone(), cap.clone(), batching.clone());
         move || -> Result<Vec<Box<dyn SpeechModel>>, ModelError> {
             let t0 = Instant::now();
             let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
@@ -585,6 +640,7 @@ async fn bench_main() -> anyhow::Result<()> {
                 dir.display(),
                 t0.elapsed().as_secs_f64()
             );
+            let inner = inner.with_batching(batching);
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };

@@ -30,7 +30,10 @@ pub use encoder::{encode_file, encoder, EncodeError, Encoder};
 pub use engine::{DeviceModels, Loader, MemoryProbe};
 pub use error::{ApiError, ServerError};
 pub use format::{AudioFormat, StreamFormat};
-pub use model::{ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechModel, SAMPLE_RATE};
+pub use model::{
+    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel,
+    SAMPLE_RATE,
+};
 pub use pipeline_model::PipelineModel;
 pub use request::{Overrides, SpeechRequest};
 pub use server::{serve, shutdown_signal, Server};

@@ -86,4 +86,61 @@ pub trait SpeechModel: Send {
         text: &str,
         opts: &GenerateOptions,
     ) -> Result<ChunkIter<'a>, ModelError>;
+
+    /// Requests the model speaks at once: its batch's size, 1 without batching. A worker
+    /// holding the model admits this many requests beyond the queue.
+    fn concurrency(&self) -> usize {
+        1
+    }
+
+    /// A batch that speaks several requests at once ([`SpeechBatch`]), or `None` when the
+    /// model speaks one request at a time (the default).
+    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+        None
+    }
+}
+
+/// What a [`SpeechBatch::step`] produced for one request.
+#[derive(Debug)]
+pub enum BatchItem {
+    /// 24 kHz samples that are final; `last` on the request's last chunk (it has left the
+    /// batch).
+    Audio {
+        /// The samples.
+        samples: Vec<f32>,
+        /// Whether the request is complete.
+        last: bool,
+    },
+    /// The request failed and has left the batch.
+    Failed(ModelError),
+}
+
+/// Requests spoken together by one model (continuous batching): added at any step, each in
+/// its own voice, advanced together by [`SpeechBatch::step`].
+pub trait SpeechBatch {
+    /// Whether another request can be added now.
+    fn has_room(&self) -> bool;
+
+    /// Requests in the batch.
+    fn len(&self) -> usize;
+
+    /// Whether the batch is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `text` in the voice saved at `voice` (`None`: the built-in voice); bad input is
+    /// an error here. Returns the request's id in the batch.
+    fn add(
+        &mut self,
+        voice: Option<&Path>,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<u64, ModelError>;
+
+    /// One round for every request: the audio each made, failures.
+    fn step(&mut self) -> Vec<(u64, BatchItem)>;
+
+    /// Drops a request (its client went away or its deadline passed).
+    fn cancel(&mut self, id: u64);
 }

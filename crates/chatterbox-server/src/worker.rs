@@ -1,12 +1,18 @@
 //! A device worker: a thread that loads its models, then takes jobs from the queues of the
 //! models it holds, one at a time. A speech job pulls the model's stream chunk by chunk and
 //! stops as soon as the client has gone (its channel is closed) or the deadline has passed.
+//!
+//! A model that batches ([`SpeechModel::batch`]) is served differently: its first speech job
+//! opens a batch, and the worker keeps adding that model's queued speech jobs while the batch
+//! has room, stepping all of them together, until the batch and the queue are empty. A voice
+//! job taken meanwhile waits until the running requests are done (the batch borrows the
+//! model); other models of the same worker wait for the batch to empty.
 use crate::engine::{Loader, Shared};
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
-use crate::model::{ModelError, ModelId, NoBuiltinVoice, SpeechModel};
+use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel};
 use chatterbox_pipeline::PipelineError;
-use crossbeam_channel::Select;
+use crossbeam_channel::{Receiver, Select};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -34,12 +40,13 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
             .loaded
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        for id in by_id.keys() {
+        for (id, m) in &by_id {
             if !order.contains(id) {
                 order.push(*id);
             }
             if let Some(q) = shared.queues.get(id) {
-                q.workers.fetch_add(1, Ordering::AcqRel);
+                q.workers
+                    .fetch_add(m.concurrency().max(1), Ordering::AcqRel);
             }
         }
     }
@@ -74,11 +81,28 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
         let Some(model) = by_id.get_mut(&id) else {
             continue;
         };
-        shared.running.fetch_add(1, Ordering::AcqRel);
-        let done = std::panic::catch_unwind(AssertUnwindSafe(|| work(model.as_mut(), job)));
-        shared.running.fetch_sub(1, Ordering::AcqRel);
-        if done.is_err() {
-            tracing::error!(device = label, model = %id, "a job panicked; the worker goes on");
+        let rx = rxs
+            .iter()
+            .find(|(m, _)| *m == id)
+            .map(|(_, rx)| (*rx).clone());
+        let mut next = Some(job);
+        while let Some(job) = next.take() {
+            let batched = matches!(job.work, Work::Speech(_)) && model.concurrency() > 1;
+            let done = std::panic::catch_unwind(AssertUnwindSafe(|| match (batched, &rx) {
+                (true, Some(rx)) => serve_batch(model.as_ref(), job, rx, shared),
+                _ => {
+                    shared.running.fetch_add(1, Ordering::AcqRel);
+                    work(model.as_mut(), job);
+                    shared.running.fetch_sub(1, Ordering::AcqRel);
+                    None
+                }
+            }));
+            match done {
+                Ok(deferred) => next = deferred,
+                Err(_) => {
+                    tracing::error!(device = label, model = %id, "a job panicked; the worker goes on");
+                }
+            }
         }
     }
     tracing::info!(device = label, "worker stopped");
@@ -178,6 +202,177 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
         "generated"
     );
     send(Event::Done);
+}
+
+/// A request in a batch: its job (the admission slot is released when it is dropped), and
+/// what it has had so far.
+struct Running {
+    job: Job,
+    started: Instant,
+    samples: usize,
+}
+
+impl Running {
+    fn speech(&self) -> Option<&SpeechJob> {
+        match &self.job.work {
+            Work::Speech(s) => Some(s),
+            Work::Voice(_) => None,
+        }
+    }
+}
+
+/// Serves `first` and the model's queued speech jobs as one batch (see the module docs) until
+/// both are empty; returns a voice job taken from the queue meanwhile, for the caller to do
+/// next.
+fn serve_batch(
+    model: &dyn SpeechModel,
+    first: Job,
+    rx: &Receiver<Job>,
+    shared: &Shared,
+) -> Option<Job> {
+    let mut batch = match model.batch() {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "could not open a batch");
+            if let Work::Speech(s) = &first.work {
+                let _ = s.tx.send(Event::Error(ApiError::internal(format!(
+                    "generation failed: {e}"
+                ))));
+            }
+            return None;
+        }
+        None => return Some(first),
+    };
+    let mut running: BTreeMap<u64, Running> = BTreeMap::new();
+    let mut deferred: Option<Job> = None;
+    let mut pending = Some(first);
+    loop {
+        // Admissions while there is room (none once a voice job waits).
+        while deferred.is_none() && batch.has_room() {
+            let job = match pending.take() {
+                Some(j) => j,
+                None => match rx.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                },
+            };
+            if matches!(job.work, Work::Voice(_)) {
+                deferred = Some(job);
+                break;
+            }
+            if let Some((rid, r)) = admit(batch.as_mut(), model, job) {
+                shared.running.fetch_add(1, Ordering::AcqRel);
+                running.insert(rid, r);
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        // Clients gone and deadlines passed leave before the step.
+        let now = Instant::now();
+        let gone: Vec<u64> = running
+            .iter()
+            .filter_map(|(rid, r)| {
+                let s = r.speech()?;
+                if s.tx.is_closed() {
+                    tracing::info!(request = s.id, "client left: generation stopped");
+                    Some(*rid)
+                } else if now >= s.deadline {
+                    tracing::warn!(request = s.id, "request timed out: generation stopped");
+                    let _ = s.tx.send(Event::Error(ApiError::timeout()));
+                    Some(*rid)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for rid in gone {
+            batch.cancel(rid);
+            running.remove(&rid);
+            shared.running.fetch_sub(1, Ordering::AcqRel);
+        }
+        if running.is_empty() {
+            continue;
+        }
+        for (rid, item) in batch.step() {
+            let Some(r) = running.get_mut(&rid) else {
+                continue;
+            };
+            if let BatchItem::Audio { samples, .. } = &item {
+                r.samples += samples.len();
+            }
+            let r = &*r;
+            let Some(s) = r.speech() else { continue };
+            let ended = match item {
+                BatchItem::Audio { samples, last } => {
+                    let sent = samples.is_empty() || s.tx.send(Event::Audio(samples)).is_ok();
+                    if last {
+                        tracing::info!(
+                            request = s.id,
+                            model = %model.id(),
+                            audio_secs = r.samples as f64 / f64::from(crate::model::SAMPLE_RATE),
+                            secs = r.started.elapsed().as_secs_f64(),
+                            "generated"
+                        );
+                        let _ = s.tx.send(Event::Done);
+                    } else if !sent {
+                        batch.cancel(rid);
+                    }
+                    last || !sent
+                }
+                BatchItem::Failed(e) => {
+                    let e = classify(&e, None);
+                    tracing::warn!(request = s.id, error = %e, "generation failed");
+                    let _ = s.tx.send(Event::Error(e));
+                    true
+                }
+            };
+            if ended {
+                running.remove(&rid);
+                shared.running.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+    deferred
+}
+
+/// Adds a speech job to the batch, or answers it with its error.
+fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, job: Job) -> Option<(u64, Running)> {
+    let Work::Speech(s) = &job.work else {
+        return None;
+    };
+    if s.tx.is_closed() {
+        tracing::info!(request = s.id, "client left while queued");
+        return None;
+    }
+    if Instant::now() >= s.deadline {
+        let _ = s.tx.send(Event::Error(ApiError::timeout()));
+        return None;
+    }
+    let mut opts = model.default_options();
+    s.overrides.apply(&mut opts);
+    if let Some(cap) = s.max_new_tokens {
+        opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
+    }
+    match batch.add(s.voice.as_deref(), &s.text, &opts) {
+        Ok(rid) => Some((
+            rid,
+            Running {
+                job,
+                started: Instant::now(),
+                samples: 0,
+            },
+        )),
+        Err(e) => {
+            let param = if e.downcast_ref::<NoBuiltinVoice>().is_some() || s.voice.is_some() {
+                Some("voice")
+            } else {
+                None
+            };
+            let _ = s.tx.send(Event::Error(classify(&e, param)));
+            None
+        }
+    }
 }
 
 /// The API error of a model error: bad input is a 400, anything else a 500.

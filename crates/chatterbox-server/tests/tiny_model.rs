@@ -127,3 +127,93 @@ async fn the_voice_library_survives_a_restart() {
     expect_error(speech(&s, req("wav", "narrator")).await, 404).await;
     s.stop().await;
 }
+
+/// Requests of different voices, texts and seeds sent at once to a server that batches them
+/// (3 slots for 5 requests: some wait, some join a running batch) get exactly the bytes a
+/// server answering one request at a time gives; a voice saved meanwhile waits for the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batching_server_answers_like_one_request_at_a_time() {
+    let dir = support::english_checkpoint("batch-ckpt");
+    let voices = support::temp_dir("batch-voices");
+    let batched = TestServer::start(
+        config(Some(voices.path().to_path_buf())),
+        vec![support::tiny_english_device_batched(
+            dir.path().to_path_buf(),
+            3,
+        )],
+    )
+    .await;
+    let form = || {
+        reqwest::multipart::Form::new()
+            .text("name", "narrator")
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(wav_file(&support::ref_clip(), 24_000))
+                    .file_name("ref.wav"),
+            )
+    };
+    let r = reqwest::Client::new()
+        .post(batched.url("/v1/voices"))
+        .multipart(form())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let bodies: Vec<serde_json::Value> = (0..5u64)
+        .map(|i| {
+            let voice = if i % 2 == 0 { "alloy" } else { "narrator" };
+            let text = [
+                "Hello there.",
+                "How are you today?",
+                "Fine.",
+                "A longer one, then.",
+                "Bye.",
+            ];
+            let mut b = req("wav", voice);
+            b["input"] = json!(text[i as usize]);
+            b["seed"] = json!(10 + i);
+            b
+        })
+        .collect();
+    let sent = bodies.iter().map(|b| {
+        let b = b.clone();
+        let s = &batched;
+        async move { speech(s, b).await }
+    });
+    // a second voice saved while the batch runs: answered once the running requests are done
+    let saving = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let f = reqwest::multipart::Form::new().text("name", "second").part(
+            "file",
+            reqwest::multipart::Part::bytes(wav_file(&support::ref_clip(), 24_000))
+                .file_name("ref.wav"),
+        );
+        reqwest::Client::new()
+            .post(batched.url("/v1/voices"))
+            .multipart(f)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    let (responses, saved) = tokio::join!(futures_util::future::join_all(sent), saving);
+    assert_eq!(saved, 201);
+    let mut got = Vec::new();
+    for r in responses {
+        assert_eq!(r.status(), 200);
+        got.push(r.bytes().await.unwrap());
+    }
+    batched.stop().await;
+
+    let solo = TestServer::start(
+        config(Some(voices.path().to_path_buf())),
+        vec![support::tiny_english_device(dir.path().to_path_buf())],
+    )
+    .await;
+    for (i, (b, g)) in bodies.iter().zip(&got).enumerate() {
+        let want = speech(&solo, b.clone()).await.bytes().await.unwrap();
+        assert!(want.len() > 44, "request {i}: empty audio");
+        assert_eq!(*g, want, "request {i}: batched != one at a time");
+    }
+    solo.stop().await;
+}

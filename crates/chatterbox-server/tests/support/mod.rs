@@ -252,13 +252,23 @@ pub fn english_checkpoint(name: &str) -> tempfile::TempDir {
 
 /// A device with the tiny english model, loaded on its worker thread.
 pub fn tiny_english_device(dir: PathBuf) -> DeviceModels {
+    tiny_english_device_batched(dir, 0)
+}
+
+/// [`tiny_english_device`] speaking up to `slots` requests at once (0: one at a time).
+pub fn tiny_english_device_batched(dir: PathBuf, slots: usize) -> DeviceModels {
     DeviceModels::new("cpu", move || {
         let tts = chatterbox_pipeline::ChatterboxTts::from_dir(
             &dir,
             &chatterbox_pipeline::Device::Cpu,
             chatterbox_pipeline::DType::F32,
         )?;
-        let m: Box<dyn SpeechModel> = Box::new(chatterbox_server::PipelineModel::from(tts));
+        let batching = chatterbox_pipeline::BatchOptions::default()
+            .with_slots(slots)
+            .with_positions(256)
+            .with_bucket(32);
+        let m: Box<dyn SpeechModel> =
+            Box::new(chatterbox_server::PipelineModel::from(tts).with_batching(batching));
         Ok(vec![m])
     })
 }
