@@ -77,3 +77,83 @@ impl Default for ServerConfig {
         }
     }
 }
+
+impl ServerConfig {
+    /// Sets [`ServerConfig::addr`].
+    pub fn with_addr(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Sets [`ServerConfig::api_key`].
+    pub fn with_api_key(mut self, api_key: Option<String>) -> Self {
+        self.api_key = api_key;
+        self
+    }
+
+    /// Sets [`ServerConfig::voices_dir`].
+    pub fn with_voices_dir(mut self, voices_dir: Option<PathBuf>) -> Self {
+        self.voices_dir = voices_dir;
+        self
+    }
+
+    /// Sets [`ServerConfig::queue_capacity`].
+    pub fn with_queue_capacity(mut self, queue_capacity: usize) -> Self {
+        self.queue_capacity = queue_capacity;
+        self
+    }
+
+    /// Sets [`ServerConfig::request_timeout`].
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::header_timeout`].
+    pub fn with_header_timeout(mut self, header_timeout: Duration) -> Self {
+        self.header_timeout = header_timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::body_timeout`].
+    pub fn with_body_timeout(mut self, body_timeout: Duration) -> Self {
+        self.body_timeout = body_timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_json_bytes`].
+    pub fn with_max_json_bytes(mut self, max_json_bytes: usize) -> Self {
+        self.max_json_bytes = max_json_bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_upload_bytes`].
+    pub fn with_max_upload_bytes(mut self, max_upload_bytes: usize) -> Self {
+        self.max_upload_bytes = max_upload_bytes;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_new_tokens`].
+    pub fn with_max_new_tokens(mut self, max_new_tokens: Option<usize>) -> Self {
+        self.max_new_tokens = max_new_tokens;
+        self
+    }
+
+    /// Sets [`ServerConfig::model_aliases`].
+    pub fn with_model_aliases(mut self, model_aliases: BTreeMap<String, ModelId>) -> Self {
+        self.model_aliases = model_aliases;
+        self
+    }
+
+    /// Sets [`ServerConfig::voice_aliases`].
+    pub fn with_voice_aliases(mut self, voice_aliases: BTreeMap<String, String>) -> Self {
+        self.voice_aliases = voice_aliases;
+        self
+    }
+
+    /// Sets [`ServerConfig::retry_after_secs`].
+    pub fn with_retry_after_secs(mut self, retry_after_secs: u64) -> Self {
+        self.retry_after_secs = retry_after_secs;
+        self
+    }
+}

@@ -64,6 +64,66 @@ impl Default for GenerateOptions {
 }
 
 impl GenerateOptions {
+    /// Sets [`GenerateOptions::max_new_tokens`].
+    pub fn with_max_new_tokens(mut self, max_new_tokens: usize) -> Self {
+        self.max_new_tokens = max_new_tokens;
+        self
+    }
+
+    /// Sets [`GenerateOptions::stop_on_eos`].
+    pub fn with_stop_on_eos(mut self, stop_on_eos: bool) -> Self {
+        self.stop_on_eos = stop_on_eos;
+        self
+    }
+
+    /// Sets [`GenerateOptions::temperature`].
+    pub fn with_temperature(mut self, temperature: f32) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// Sets [`GenerateOptions::top_p`].
+    pub fn with_top_p(mut self, top_p: f32) -> Self {
+        self.top_p = top_p;
+        self
+    }
+
+    /// Sets [`GenerateOptions::min_p`].
+    pub fn with_min_p(mut self, min_p: f32) -> Self {
+        self.min_p = min_p;
+        self
+    }
+
+    /// Sets [`GenerateOptions::repetition_penalty`].
+    pub fn with_repetition_penalty(mut self, repetition_penalty: f32) -> Self {
+        self.repetition_penalty = repetition_penalty;
+        self
+    }
+
+    /// Sets [`GenerateOptions::cfg_weight`].
+    pub fn with_cfg_weight(mut self, cfg_weight: f32) -> Self {
+        self.cfg_weight = cfg_weight;
+        self
+    }
+
+    /// Sets [`GenerateOptions::sampling`].
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// Sets [`GenerateOptions::cuda_graphs`].
+    pub fn with_cuda_graphs(mut self, cuda_graphs: bool) -> Self {
+        self.cuda_graphs = cuda_graphs;
+        self
+    }
+
+    /// Sets [`GenerateOptions::alignment`].
+    pub fn with_alignment(mut self, alignment: Option<AlignmentAnalyzerConfig>) -> Self {
+        self.alignment = alignment;
+        self
+    }
+
     /// The defaults of `ChatterboxMultilingualTTS.generate` (upstream 5de7a54): repetition
     /// penalty 2.0.
     pub fn multilingual() -> Self {
@@ -111,6 +171,56 @@ impl Default for TurboOptions {
             sampling: Sampling::default(),
             cuda_graphs: true,
         }
+    }
+}
+
+impl TurboOptions {
+    /// Sets [`TurboOptions::temperature`].
+    pub fn with_temperature(mut self, temperature: f32) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// Sets [`TurboOptions::top_k`].
+    pub fn with_top_k(mut self, top_k: usize) -> Self {
+        self.top_k = top_k;
+        self
+    }
+
+    /// Sets [`TurboOptions::top_p`].
+    pub fn with_top_p(mut self, top_p: f32) -> Self {
+        self.top_p = top_p;
+        self
+    }
+
+    /// Sets [`TurboOptions::repetition_penalty`].
+    pub fn with_repetition_penalty(mut self, repetition_penalty: f32) -> Self {
+        self.repetition_penalty = repetition_penalty;
+        self
+    }
+
+    /// Sets [`TurboOptions::max_gen_len`].
+    pub fn with_max_gen_len(mut self, max_gen_len: usize) -> Self {
+        self.max_gen_len = max_gen_len;
+        self
+    }
+
+    /// Sets [`TurboOptions::stop_on_eos`].
+    pub fn with_stop_on_eos(mut self, stop_on_eos: bool) -> Self {
+        self.stop_on_eos = stop_on_eos;
+        self
+    }
+
+    /// Sets [`TurboOptions::sampling`].
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// Sets [`TurboOptions::cuda_graphs`].
+    pub fn with_cuda_graphs(mut self, cuda_graphs: bool) -> Self {
+        self.cuda_graphs = cuda_graphs;
+        self
     }
 }
 

@@ -196,6 +196,18 @@ impl HiFTGenerator {
         self.cpu_kernels = enabled;
     }
 
+    /// [`HiFTGenerator::set_cpu_kernels`] as a builder, like the speaker encoders'
+    /// `with_cpu_kernels`.
+    pub fn with_cpu_kernels(mut self, enabled: bool) -> Self {
+        self.cpu_kernels = enabled;
+        self
+    }
+
+    /// Whether the CPU kernels are on.
+    pub fn cpu_kernels(&self) -> bool {
+        self.cpu_kernels
+    }
+
     /// The configuration.
     pub fn config(&self) -> &HiFTConfig {
         &self.cfg

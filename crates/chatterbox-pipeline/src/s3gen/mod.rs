@@ -45,6 +45,14 @@ pub struct S3GenOptions {
     pub n_cfm_timesteps: Option<usize>,
 }
 
+impl S3GenOptions {
+    /// Sets [`S3GenOptions::n_cfm_timesteps`].
+    pub fn with_n_cfm_timesteps(mut self, steps: Option<usize>) -> Self {
+        self.n_cfm_timesteps = steps;
+        self
+    }
+}
+
 /// `S3Token2Wav`: the reference-voice encoder, the token-to-mel flow and the HiFT vocoder.
 ///
 /// Weights are the `tokenizer.*`, `speaker_encoder.*`, `flow.*` and `mel2wav.*` tensors of
