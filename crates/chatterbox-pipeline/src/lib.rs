@@ -36,9 +36,9 @@ pub use s3gen::{
 };
 pub use stream_synth::{StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
 pub use tts::{
-    drop_invalid_tokens, AudioChunk, BatchOutput, ChatterboxMultilingualTts, ChatterboxTts,
-    ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId, MIN_REF_SECS, SPEECH_EOS,
-    SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+    drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,
+    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId,
+    MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;

@@ -224,6 +224,9 @@ impl SpeechBatch for CappedBatch<'_> {
     fn cancel(&mut self, id: u64) {
         self.inner.cancel(id)
     }
+    fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
+        self.inner.timings()
+    }
 }
 
 /// The process's resident set, MB (NaN where the platform does not tell).
@@ -805,6 +808,13 @@ async fn bench_main() -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // RUST_LOG=chatterbox_server=info shows the workers' logs (e.g. where a batch's time went)
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

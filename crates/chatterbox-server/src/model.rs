@@ -143,4 +143,9 @@ pub trait SpeechBatch {
 
     /// Drops a request (its client went away or its deadline passed).
     fn cancel(&mut self, id: u64);
+
+    /// Where the batch's time went so far (logged when a batch empties), if it knows.
+    fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
+        None
+    }
 }

@@ -123,6 +123,10 @@ impl SpeechBatch for PipelineBatch<'_> {
     fn cancel(&mut self, id: u64) {
         self.batch.cancel(id);
     }
+
+    fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
+        Some(self.batch.timings())
+    }
 }
 
 impl From<ChatterboxTts> for PipelineModel {

@@ -266,6 +266,17 @@ fn serve_batch(
             }
         }
         if running.is_empty() {
+            if let Some(t) = batch.timings() {
+                tracing::info!(
+                    model = %model.id(),
+                    rounds = t.rounds,
+                    mean_decoding = t.decoded as f64 / t.rounds.max(1) as f64,
+                    admit_s = t.admit.as_secs_f64(),
+                    decode_s = t.decode.as_secs_f64(),
+                    audio_s = t.audio.as_secs_f64(),
+                    "batch drained"
+                );
+            }
             break;
         }
         // Clients gone and deadlines passed leave before the step.

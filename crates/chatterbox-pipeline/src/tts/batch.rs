@@ -6,12 +6,14 @@
 //!
 //! A stream's tokens, CFM noise and audio are those of the same stream on its own (same seed:
 //! the decoder gives each request its own stream's draws), whatever the other streams are.
+
 use super::core::TtsCore;
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
+use std::time::{Duration, Instant};
 
 /// A stream's handle in a [`SpeechBatch`].
 pub type StreamId = u64;
@@ -26,6 +28,23 @@ pub enum BatchOutput {
     Failed(PipelineError),
 }
 
+/// Where a [`SpeechBatch`]'s time went, summed over its rounds (wall time on the calling
+/// thread; each part ends with a device-to-host read, so it includes the device work).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct BatchTimings {
+    /// Rounds run ([`SpeechBatch::step`] calls that decoded).
+    pub rounds: u64,
+    /// Decode steps' rows summed over rounds (requests decoding per round, summed).
+    pub decoded: u64,
+    /// Admissions: text front end, T3 prefill and first draw of each sentence.
+    pub admit: Duration,
+    /// The batched T3 decode steps.
+    pub decode: Duration,
+    /// Audio: each stream's flow, HiFT and watermark on the chunks that fell due.
+    pub audio: Duration,
+}
+
 struct Entry<'a> {
     id: StreamId,
     stream: SpeechStream<'a>,
@@ -38,6 +57,7 @@ pub struct SpeechBatch<'a> {
     /// In the order they joined: the first waiting stream gets the next free slot.
     streams: Vec<Entry<'a>>,
     next_id: StreamId,
+    timings: BatchTimings,
 }
 
 impl std::fmt::Debug for SpeechBatch<'_> {
@@ -56,6 +76,7 @@ impl<'a> SpeechBatch<'a> {
             decoder: BatchDecoder::new(&core.t3, opts)?,
             streams: Vec::new(),
             next_id: 0,
+            timings: BatchTimings::default(),
         })
     }
 
@@ -94,6 +115,11 @@ impl<'a> SpeechBatch<'a> {
         self.decoder.has_room()
     }
 
+    /// Where the time went so far.
+    pub fn timings(&self) -> BatchTimings {
+        self.timings
+    }
+
     /// The T3 decoder's options.
     pub fn options(&self) -> &BatchOptions {
         self.decoder.options()
@@ -120,6 +146,7 @@ impl<'a> SpeechBatch<'a> {
         let mut out = Vec::new();
         let mut failed: Vec<StreamId> = Vec::new();
         // Admissions, first come first served.
+        let t0 = Instant::now();
         for i in 0..self.streams.len() {
             if !self.decoder.has_room() {
                 break;
@@ -145,9 +172,16 @@ impl<'a> SpeechBatch<'a> {
                 }
             }
         }
+        let t1 = Instant::now();
+        self.timings.admit += t1 - t0;
         // One decode step for every request in a slot.
-        if self.decoder.active() > 0 {
-            match self.decoder.step() {
+        let decoding = self.decoder.active();
+        if decoding > 0 {
+            self.timings.rounds += 1;
+            self.timings.decoded += decoding as u64;
+            let stepped = self.decoder.step();
+            self.timings.decode += t1.elapsed();
+            match stepped {
                 Ok(events) => {
                     for ev in events {
                         let rid = match &ev {
@@ -184,6 +218,7 @@ impl<'a> SpeechBatch<'a> {
             }
         }
         // Audio from the tokens each stream got.
+        let t2 = Instant::now();
         for e in self.streams.iter_mut() {
             if failed.contains(&e.id) {
                 continue;
@@ -197,6 +232,7 @@ impl<'a> SpeechBatch<'a> {
                 failed.push(e.id);
             }
         }
+        self.timings.audio += t2.elapsed();
         let decoder = &mut self.decoder;
         self.streams.retain(|e| {
             let gone = failed.contains(&e.id) || e.stream.is_done();
