@@ -171,18 +171,7 @@ impl DecodeStep {
     /// at its speech position, runs the backbone at its sequence position (KV written in place)
     /// and writes the speech-head logits into [`DecodeStep::logits`].
     pub fn forward(&mut self, model: &T3, span: AttentionSpan) -> Result<()> {
-        let token = self.inputs.narrow(0, 0, 1)?;
-        let seq_pos = self.inputs.narrow(0, 1, 1)?;
-        let speech_pos = self.inputs.narrow(0, 2, 1)?;
-        self.history.push(&token.reshape((1, 1))?)?;
-        let embed = model.speech_step_embed(&token, &speech_pos)?;
-        let c = embed.dim(2)?;
-        let embed = embed.broadcast_as((self.batch, 1, c))?.contiguous()?;
-        let step = self.step_index(span, &seq_pos)?;
-        let hidden = model.backbone().decode(&embed, &step, &mut self.caches)?;
-        let logits = model.speech_logits(&hidden)?;
-        self.logits.slice_set(&logits, 0, 0)?;
-        Ok(())
+        self.forward_hidden(model, span).map(|_| ())
     }
 
     /// The step's indices for `span` at the device-side position `seq_pos`.
@@ -222,7 +211,8 @@ impl DecodeStep {
     }
 
     /// [`DecodeStep::forward`] that also returns the final-norm hidden state of every row,
-    /// `[batch, 1, C]` (eager only: not for graph capture; the logits are written as usual).
+    /// `[batch, 1, C]` (the logits are written as usual; the returned tensor is a step-local
+    /// value, so read it eagerly, not from a replayed graph).
     pub fn forward_hidden(&mut self, model: &T3, span: AttentionSpan) -> Result<Tensor> {
         let token = self.inputs.narrow(0, 0, 1)?;
         let seq_pos = self.inputs.narrow(0, 1, 1)?;

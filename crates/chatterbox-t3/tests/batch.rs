@@ -1,39 +1,20 @@
 //! Continuous batching equals solo runs: on the tiny parity models, requests of different
 //! texts, lengths and sampling options join a [`BatchDecoder`] at different steps, and each
 //! one's tokens must be exactly those of its own [`T3::generate`] / [`T3::generate_turbo`].
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
+use candle_core::Tensor;
 use chatterbox_t3::{
-    BatchDecoder, BatchEvent, BatchOptions, GenerateOptions, RequestId, Sampling, T3Cond, T3Config,
-    T3Error, TurboOptions, T3,
+    BatchDecoder, BatchEvent, BatchOptions, GenerateOptions, RequestId, Sampling, T3Error,
+    TurboOptions, T3,
 };
-use chatterbox_testkit::{fixtures_root, Fixture};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{cond_emb, ids, model};
+
 type R<T> = anyhow::Result<T>;
-
-fn model(case: &str) -> R<(T3, Fixture)> {
-    let fx = Fixture::load(&fixtures_root().join(format!("t3/{case}.json")))?;
-    let hp: T3Config = fx.config("hp")?;
-    // SAFETY: fixture files are not modified while the tests run.
-    let vb = unsafe {
-        VarBuilder::from_mmaped_safetensors(&[fx.safetensors_path()], DType::F32, &Device::Cpu)?
-    };
-    Ok((T3::new(&hp, vb)?, fx))
-}
-
-fn ids(fx: &Fixture, name: &str) -> R<Vec<u32>> {
-    Ok(fx.input_i64(name)?.data.iter().map(|&v| v as u32).collect())
-}
-
-fn cond_emb(t3: &T3, fx: &Fixture) -> R<Tensor> {
-    let dev = Device::Cpu;
-    let spk = fx.input("speaker_emb")?;
-    let spk = Tensor::from_vec(spk.data, spk.shape, &dev)?;
-    let prompt = Tensor::new(ids(fx, "prompt_tokens")?.as_slice(), &dev)?.unsqueeze(0)?;
-    Ok(t3.prepare_conditioning(&T3Cond::new(spk).with_prompt(prompt))?)
-}
 
 /// One request of a test: its text and options, and when it joins.
 #[derive(Debug, Clone)]

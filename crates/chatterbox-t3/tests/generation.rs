@@ -5,37 +5,13 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_t3::sampling::{Sampler, TokenPicker};
 use chatterbox_t3::{GenerateOptions, Sampling, T3Cond, T3Config, T3Error, TurboOptions, T3};
-use chatterbox_testkit::{fixtures_root, Fixture};
+
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{cond_emb, fixture, ids, model};
 
 type R<T> = anyhow::Result<T>;
-
-fn fixture(case: &str) -> R<Fixture> {
-    Ok(Fixture::load(
-        &fixtures_root().join(format!("t3/{case}.json")),
-    )?)
-}
-
-fn model(case: &str) -> R<(T3, Fixture)> {
-    let fx = fixture(case)?;
-    let hp: T3Config = fx.config("hp")?;
-    // SAFETY: fixture files are not modified while the tests run.
-    let vb = unsafe {
-        VarBuilder::from_mmaped_safetensors(&[fx.safetensors_path()], DType::F32, &Device::Cpu)?
-    };
-    Ok((T3::new(&hp, vb)?, fx))
-}
-
-fn ids(fx: &Fixture, name: &str) -> R<Vec<u32>> {
-    Ok(fx.input_i64(name)?.data.iter().map(|&v| v as u32).collect())
-}
-
-fn cond_emb(t3: &T3, fx: &Fixture) -> R<Tensor> {
-    let dev = Device::Cpu;
-    let spk = fx.input("speaker_emb")?;
-    let spk = Tensor::from_vec(spk.data, spk.shape, &dev)?;
-    let prompt = Tensor::new(ids(fx, "prompt_tokens")?.as_slice(), &dev)?.unsqueeze(0)?;
-    Ok(t3.prepare_conditioning(&T3Cond::new(spk).with_prompt(prompt))?)
-}
 
 fn max_rel(a: &Tensor, b: &Tensor) -> R<f32> {
     let d = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;

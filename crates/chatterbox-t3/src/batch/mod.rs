@@ -121,6 +121,8 @@ struct Slot {
     fed: usize,
     /// The latest drawn token, fed by the next step.
     pending: u32,
+    /// Its sampling parameters (also written into the batched processors' device tensors).
+    params: RowParams,
 }
 
 impl Slot {
@@ -392,12 +394,13 @@ impl<'a> BatchDecoder<'a> {
             drawn: stream.drawn,
             fed: stream.fed,
             pending: first,
+            params: stream.params,
         });
         Ok((id, events))
     }
 
     /// Moves a prefilled stream's device state into `slot`.
-    fn seat(&mut self, stream: &TokenStream<'_>, slot: usize) -> Result<()> {
+    fn seat(&self, stream: &TokenStream<'_>, slot: usize) -> Result<()> {
         let r = self.rows_per_slot;
         for (dst, src) in self.buf.caches.iter().zip(stream.step.caches()) {
             dst.copy_rows_from(src, stream.prefix_len, slot * r, r)?;
@@ -491,7 +494,6 @@ impl<'a> BatchDecoder<'a> {
                 };
                 events.push(ev);
                 self.slots[i] = None;
-                self.select.clear(i);
                 continue;
             }
             s.drawn += 1;
@@ -503,7 +505,6 @@ impl<'a> BatchDecoder<'a> {
                     stopped_on_eos: eos,
                 });
                 self.slots[i] = None;
-                self.select.clear(i);
             } else {
                 s.pending = token;
             }
@@ -521,7 +522,6 @@ impl<'a> BatchDecoder<'a> {
         {
             Some(i) => {
                 self.slots[i] = None;
-                self.select.clear(i);
                 true
             }
             None => false,
@@ -530,7 +530,9 @@ impl<'a> BatchDecoder<'a> {
 
     /// Forward and select over the first `n` slots (graph replay or capture when on).
     fn run(&mut self, n: usize, attend: usize, longest: usize) -> Result<()> {
-        let sort = self.select.sorts(n);
+        let sort = self
+            .select
+            .sorts(self.slots.iter().take(n).flatten().map(|s| &s.params));
         #[cfg(feature = "cuda")]
         if self.graphs_on {
             let key = (n, attend, sort);

@@ -59,8 +59,6 @@ pub(crate) struct BatchSelect {
     /// u32 `[slots, 1]` of `vocab`: the token of a row with no finite score.
     invalid: Tensor,
     cumsum: BlockCumsum,
-    /// Host copy of each occupied slot's parameters (`None`: free).
-    host: Vec<Option<RowParams>>,
 }
 
 fn f32_col(n: usize, v: f32, dev: &Device) -> Result<Tensor> {
@@ -125,14 +123,12 @@ impl BatchSelect {
             neg_inf: Tensor::new(&[[f32::NEG_INFINITY]], dev)?,
             invalid: Tensor::full(vocab as u32, (slots, 1), dev)?,
             cumsum: BlockCumsum::new(vocab, dev)?,
-            host: vec![None; slots],
         })
     }
 
     /// Writes `slot`'s parameters in place (the tensors keep their storage).
-    pub(crate) fn set(&mut self, slot: usize, p: &RowParams) -> Result<()> {
+    pub(crate) fn set(&self, slot: usize, p: &RowParams) -> Result<()> {
         check(p)?;
-        self.host[slot] = Some(*p);
         let dev = self.penalty.device();
         let put = |t: &Tensor, v: f32| -> Result<()> {
             Ok(t.slice_set(&Tensor::new(&[[v]], dev)?, 0, slot)?)
@@ -149,23 +145,12 @@ impl BatchSelect {
         Ok(())
     }
 
-    /// Marks `slot` free.
-    pub(crate) fn clear(&mut self, slot: usize) {
-        self.host[slot] = None;
-    }
-
-    /// Whether a step over the first `n` slots sorts the scores: Turbo always does (top-k);
-    /// the English order only when an occupied slot has `top_p < 1` (at 1 the top-p rule
-    /// drops exactly the zero-probability tokens, found without sorting, as
+    /// Whether a step over rows with `params` sorts the scores: Turbo always does (top-k);
+    /// the English order only when a row has `top_p < 1` (at 1 the top-p rule drops exactly
+    /// the zero-probability tokens, found without sorting, as
     /// [`crate::sampling::TopPLogitsWarper`] does).
-    pub(crate) fn sorts(&self, n: usize) -> bool {
-        self.order == Order::Turbo
-            || self
-                .host
-                .iter()
-                .take(n)
-                .flatten()
-                .any(|p| p.top_p_threshold > 0.0)
+    pub(crate) fn sorts<'p>(&self, mut params: impl Iterator<Item = &'p RowParams>) -> bool {
+        self.order == Order::Turbo || params.any(|p| p.top_p_threshold > 0.0)
     }
 
     /// The first `n` rows of a per-slot tensor.
