@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_s3gen::flow::{
-    CausalMaskedDiffWithXvec, EncoderConfig, FlowConfig, FlowOptions, FlowPrompt,
+    CausalMaskedDiffWithXvec, EncoderConfig, FlowConfig, FlowOptions, FlowPrompt, FlowRow,
     UpsampleConformerEncoder,
 };
 use chatterbox_s3gen::S3GenError;
@@ -340,6 +340,86 @@ fn batch_rows_match_single_rows() -> anyhow::Result<()> {
         )?;
         let err = rel_err(&both.narrow(0, row, 1)?, &one)?;
         assert!(err < 1e-5, "row {row}: batched result differs by {err:.2e}");
+    }
+    Ok(())
+}
+
+/// A second voice for the rows tests: the fixture's prompt cut to its first `keep` tokens, with
+/// the x-vector reversed.
+fn other_prompt(p: &FlowPrompt, keep: usize) -> anyhow::Result<FlowPrompt> {
+    Ok(FlowPrompt {
+        prompt_token: p.prompt_token.narrow(1, 0, keep)?,
+        prompt_feat: p.prompt_feat.narrow(1, 0, 2 * keep)?,
+        embedding: p.embedding.flip(&[1])?,
+    })
+}
+
+/// `inference_rows` gives each row its own `inference` call's mel, whatever the other rows
+/// (lengths, voices, `finalize`) and their order: padding never reaches a row's frames. In f32
+/// up to float rounding; with a bf16 estimator (the GPU's fused attention with its key mask)
+/// within bf16's rounding of the differently shaped products.
+#[test]
+fn rows_of_different_lengths_match_their_own_calls() -> anyhow::Result<()> {
+    let dev = device()?;
+    for (case, dtype, tol) in [
+        ("flow", DType::F32, 1e-5),
+        ("flow_meanflow", DType::F32, 1e-5),
+        ("flow", DType::BF16, 2e-2),
+    ] {
+        let fx = fixture(case)?;
+        let model = load(&fx, dtype)?;
+        let long = prompt(&fx, &dev)?;
+        let n_prompt = long.prompt_token.dim(1)?;
+        let short = other_prompt(&long, n_prompt / 2)?;
+        let tok = input_i64(&fx, "token", &dev)?.flatten_all()?;
+        let tok = Tensor::cat(&[&tok, &tok.flip(&[0])?], 0)?;
+        let n = tok.dim(0)?;
+        // (tokens, voice, finalize): the longest row, shorter ones, rows that need the
+        // look-ahead trimmed, rows in the other voice, a single token.
+        let plan = [
+            (n, &long, true),
+            (n - 5, &long, false),
+            (n / 2, &short, true),
+            (n / 2 + 2, &short, false),
+            (1, &long, true),
+        ];
+        let mut rows = Vec::new();
+        let mut alone = Vec::new();
+        for (i, (len, voice, finalize)) in plan.iter().enumerate() {
+            let tokens = if i % 2 == 0 {
+                tok.narrow(0, 0, *len)?
+            } else {
+                tok.flip(&[0])?.narrow(0, 0, *len)?
+            };
+            let shape = model.noise_shape(1, voice.prompt_token.dim(1)?, *len, *finalize);
+            let noise = Tensor::randn(0f32, 1.0, shape, &dev)?;
+            let opts = FlowOptions::default()
+                .with_n_timesteps(3)
+                .with_finalize(*finalize);
+            alone.push(model.inference(&tokens, voice, &noise, None, &opts)?);
+            rows.push(FlowRow::new(tokens, (*voice).clone(), noise, *finalize));
+        }
+        for order in [vec![0, 1, 2, 3, 4], vec![4, 2, 0, 3, 1], vec![3]] {
+            let picked: Vec<FlowRow> = order.iter().map(|&i| rows[i].clone()).collect();
+            let mels = model.inference_rows(&picked, Some(3))?;
+            assert_eq!(mels.len(), order.len());
+            for (mel, &i) in mels.iter().zip(&order) {
+                assert_eq!(mel.dims(), alone[i].dims(), "{case} row {i}");
+                let err = rel_err(mel, &alone[i])?;
+                println!("{case} {dtype:?} row {i} in {order:?}: {err:.2e}");
+                assert!(
+                    err < tol,
+                    "{case} {dtype:?} row {i} in {order:?}: differs from its own call by {err:.2e}"
+                );
+            }
+        }
+        // a bad row is named, not padded over
+        let mut bad = rows[0].clone();
+        bad.noise = bad.noise.narrow(2, 1, bad.noise.dim(2)? - 1)?;
+        match model.inference_rows(&[rows[1].clone(), bad], None) {
+            Err(S3GenError::InvalidInput { what: "noise", .. }) => {}
+            other => panic!("{case}: short noise gave {other:?}"),
+        }
     }
     Ok(())
 }

@@ -51,12 +51,12 @@ impl FlowConditioning {
 /// `CausalMaskedDiffWithXvec`: speech tokens + reference prompt -> 80-bin mel.
 #[derive(Debug, Clone)]
 pub struct CausalMaskedDiffWithXvec {
-    input_embedding: Embedding,
+    pub(super) input_embedding: Embedding,
     spk_embed_affine_layer: Linear,
-    encoder: UpsampleConformerEncoder,
-    encoder_proj: Linear,
-    decoder: CausalConditionalCFM,
-    cfg: FlowConfig,
+    pub(super) encoder: UpsampleConformerEncoder,
+    pub(super) encoder_proj: Linear,
+    pub(super) decoder: CausalConditionalCFM,
+    pub(super) cfg: FlowConfig,
 }
 
 impl CausalMaskedDiffWithXvec {
@@ -259,12 +259,7 @@ impl CausalMaskedDiffWithXvec {
             });
         }
 
-        // x-vector: F.normalize(dim=1), then the affine layer
-        let emb = batch2(&prompt.embedding, b, "embedding")?.to_dtype(DType::F32)?;
-        let norm = emb.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
-        let emb = emb.broadcast_div(&norm)?;
-        let wdt = self.input_embedding.embeddings().dtype();
-        let spks = self.spk_embed_affine_layer.forward(&emb.to_dtype(wdt)?)?;
+        let spks = self.speaker(&batch2(&prompt.embedding, b, "embedding")?)?;
 
         // prompt ++ tokens, embedded (no padding: the reference's `* mask` multiplies by 1)
         let ids: Vec<u32> = ptoken
@@ -275,7 +270,7 @@ impl CausalMaskedDiffWithXvec {
         let n = n_prompt + n_tok;
         let ids = Tensor::from_vec(ids, (b, n), &dev)?;
         let xs = self.input_embedding.forward(&ids)?;
-        let (h, _lens) = self.encoder.forward_lengths(&xs, &Lengths::full(b, n))?;
+        let (h, _lens) = self.encoder.forward_lengths(&xs, &Lengths::full(b, n), false)?;
         let h = if finalize {
             h
         } else {
@@ -296,6 +291,16 @@ impl CausalMaskedDiffWithXvec {
             cond: cond.transpose(1, 2)?,
             prompt_frames: mel_len1,
         })
+    }
+
+    /// The x-vectors `(batch, 192)` normalised (`F.normalize(dim=1)`) and projected by the
+    /// affine layer: the solver's `spks (batch, 80)`.
+    pub(super) fn speaker(&self, embedding: &Tensor) -> Result<Tensor> {
+        let emb = embedding.to_dtype(DType::F32)?;
+        let norm = emb.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
+        let emb = emb.broadcast_div(&norm)?;
+        let wdt = self.input_embedding.embeddings().dtype();
+        Ok(self.spk_embed_affine_layer.forward(&emb.to_dtype(wdt)?)?)
     }
 
     /// The solver half of [`inference`](Self::inference): the mel of the new frames.
@@ -319,7 +324,7 @@ impl CausalMaskedDiffWithXvec {
 
 /// Integer token rows of a `(batch, n)` or `(n,)` tensor, every id checked against the vocabulary
 /// (the reference only logs out-of-range ids and then fails inside the embedding).
-fn token_rows(t: &Tensor, what: &'static str, vocab: usize) -> Result<Vec<Vec<u32>>> {
+pub(super) fn token_rows(t: &Tensor, what: &'static str, vocab: usize) -> Result<Vec<Vec<u32>>> {
     let t = match t.rank() {
         1 => t.unsqueeze(0)?,
         2 => t.clone(),

@@ -2,7 +2,7 @@
 //! decoder.py, transformer/ and matcha/ (upstream 5de7a54).
 //!
 //! ```text
-//! CausalMaskedDiffWithXvec            masked_diff.rs
+//! CausalMaskedDiffWithXvec            masked_diff.rs (one request), rows.rs (several, padded)
 //! ├── input_embedding, spk_embed_affine_layer, encoder_proj
 //! ├── UpsampleConformerEncoder        encoder/ (embedding, attention, layer, resample)
 //! └── CausalConditionalCFM            cfm.rs (schedule, Euler, guidance)
@@ -26,9 +26,11 @@ mod masked_diff;
 mod nn;
 pub(crate) mod ops;
 mod rel_attention_cpu;
+mod rows;
 
 pub use cfm::{t_span, CausalConditionalCFM};
 pub use config::{CfmConfig, DecoderConfig, EncoderConfig, FlowConfig, FlowOptions, TimeScheduler};
 pub use decoder::ConditionalDecoder;
 pub use encoder::UpsampleConformerEncoder;
 pub use masked_diff::{CausalMaskedDiffWithXvec, FlowConditioning, FlowPrompt};
+pub use rows::FlowRow;

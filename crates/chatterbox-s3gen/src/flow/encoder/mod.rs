@@ -89,15 +89,31 @@ impl UpsampleConformerEncoder {
             });
         }
         let lens = Lengths::new(xs_lens.to_vec(), t);
-        let (h, up_lens) = self.forward_lengths(xs, &lens)?;
+        let (h, up_lens) = self.forward_lengths(xs, &lens, false)?;
         Ok((h, up_lens.non_pad_mask(xs.device())?))
     }
 
-    /// [`forward`](Self::forward) with host lengths in and out.
-    pub(crate) fn forward_lengths(&self, xs: &Tensor, lens: &Lengths) -> Result<(Tensor, Lengths)> {
+    /// [`forward`](Self::forward) with host lengths in and out. With `solo_padding`, padded
+    /// frames are zeroed before the pre-lookahead convolution, so that each row's last
+    /// `pre_lookahead_len` frames look ahead into zeros as the row alone would (the reference
+    /// lets them see the embedded padding); the frames after are unaffected by padding either
+    /// way (causal convolutions, masked attention keys).
+    pub(crate) fn forward_lengths(
+        &self,
+        xs: &Tensor,
+        lens: &Lengths,
+        solo_padding: bool,
+    ) -> Result<(Tensor, Lengths)> {
         let (dtype, dev) = (xs.dtype(), xs.device());
         let (x, pos) = self.embed.forward(xs)?;
         let bias = lens.key_bias(f32::NEG_INFINITY, dtype, dev)?;
+        let x = if solo_padding && lens.has_padding() {
+            let (b, t, _) = x.dims3()?;
+            let keep = lens.non_pad_mask(dev)?.to_dtype(dtype)?.reshape((b, t, 1))?;
+            x.broadcast_mul(&keep)?
+        } else {
+            x
+        };
         let mut x = self.pre_lookahead_layer.forward(&x)?;
         for layer in &self.encoders {
             x = layer.forward(&x, bias.as_ref(), &pos)?;
