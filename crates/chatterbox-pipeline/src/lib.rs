@@ -34,10 +34,10 @@ pub use progress::Progress;
 pub use s3gen::{
     S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
-pub use stream_synth::{StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
+pub use stream_synth::{FlowJob, StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
 pub use tts::{
     drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,
-    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId,
+    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId, FLOW_ROWS,
     MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};

@@ -30,7 +30,7 @@ use crate::draws::Draws;
 use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef};
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device, Tensor};
-use chatterbox_s3gen::flow::FlowOptions;
+use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowOptions, FlowRow};
 use chatterbox_vocoder::{HiFTGenerator, TrimFade};
 
 /// When [`StreamingSynth`] runs a chunk.
@@ -268,6 +268,45 @@ pub struct StreamingSynth<'a, D: Draws> {
     chunks: usize,
     /// CFM noise of every frame position reached so far, `(1, 80, frames)`.
     noise: Option<Tensor>,
+    /// No more tokens: the final chunk is due once the regular ones are made.
+    ended: bool,
+}
+
+/// The flow call of a chunk that is due, from [`StreamingSynth::next_flow`]: run it (alone, or
+/// with other streams' rows through `CausalMaskedDiffWithXvec::inference_rows`) and hand the mel
+/// to [`StreamingSynth::complete`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FlowJob {
+    /// The flow's inputs: prompt + `tokens[..n]`, the noise of its frames, `finalize`.
+    pub row: FlowRow,
+    /// Euler steps (`None`: the model's default).
+    pub n_timesteps: Option<usize>,
+}
+
+impl FlowJob {
+    /// The flow options of the call.
+    pub fn options(&self) -> FlowOptions {
+        let fo = FlowOptions::default().with_finalize(self.row.finalize);
+        match self.n_timesteps {
+            Some(steps) => fo.with_n_timesteps(steps),
+            None => fo,
+        }
+    }
+
+    /// Runs the flow on this job alone: `inference`, exactly as the stream runs it itself.
+    pub fn run(&self, flow: &CausalMaskedDiffWithXvec) -> Result<Tensor> {
+        let r = &self.row;
+        Ok(flow.inference(&r.tokens, &r.prompt, &r.noise, None, &self.options())?)
+    }
+}
+
+/// A chunk that is due: the tokens the flow sees, whether they are all, the tokens it makes final.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    n: usize,
+    finalize: bool,
+    hop: usize,
 }
 
 impl<'a, D: Draws> StreamingSynth<'a, D> {
@@ -292,6 +331,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             offset: 0,
             chunks: 0,
             noise: None,
+            ended: false,
         })
     }
 
@@ -308,7 +348,48 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// Adds speech tokens (ids below 6561) and runs every chunk they complete. After an error the
     /// stream is unusable: drop it.
     pub fn push_chunks(&mut self, tokens: &[u32]) -> Result<Vec<StreamChunk>> {
-        if self.vocoder.finished {
+        self.push(tokens)?;
+        let mut out = Vec::new();
+        while let Some(job) = self.next_flow()? {
+            let mel = job.run(self.s3gen.flow())?;
+            out.push(self.complete(&mel)?);
+        }
+        Ok(out)
+    }
+
+    /// Adds speech tokens; returns the audio that became final.
+    pub fn push_tokens(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self
+            .push_chunks(tokens)?
+            .into_iter()
+            .flat_map(|c| c.audio)
+            .collect())
+    }
+
+    /// The last chunk: every remaining token with `finalize = true`.
+    pub fn finish_chunk(&mut self) -> Result<StreamChunk> {
+        self.end()?;
+        let mut last = None;
+        while let Some(job) = self.next_flow()? {
+            let mel = job.run(self.s3gen.flow())?;
+            last = Some(self.complete(&mel)?);
+        }
+        // `end` leaves exactly one chunk due (push_chunks made the regular ones)
+        last.ok_or_else(|| PipelineError::InvalidInput {
+            what: "speech tokens",
+            reason: "no tokens to synthesise".into(),
+        })
+    }
+
+    /// Ends the stream; returns the rest of the audio.
+    pub fn finish(&mut self) -> Result<Vec<f32>> {
+        Ok(self.finish_chunk()?.audio)
+    }
+
+    /// Adds speech tokens (ids below 6561) without running the chunks they complete: the
+    /// caller runs them through [`next_flow`](Self::next_flow) and [`complete`](Self::complete).
+    pub fn push(&mut self, tokens: &[u32]) -> Result<()> {
+        if self.vocoder.finished || self.ended {
             return Err(PipelineError::InvalidInput {
                 what: "speech tokens",
                 reason: "the stream has been finished".into(),
@@ -324,29 +405,13 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             });
         }
         self.tokens.extend_from_slice(tokens);
-        let look = self.s3gen.flow().config().pre_lookahead_len;
-        let mut out = Vec::new();
-        loop {
-            let hop = self.schedule.hop(self.chunks);
-            if self.tokens.len() - self.offset < hop + look {
-                return Ok(out);
-            }
-            out.push(self.run_chunk(self.offset + hop + look, false, hop)?);
-        }
+        Ok(())
     }
 
-    /// Adds speech tokens; returns the audio that became final.
-    pub fn push_tokens(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        Ok(self
-            .push_chunks(tokens)?
-            .into_iter()
-            .flat_map(|c| c.audio)
-            .collect())
-    }
-
-    /// The last chunk: every remaining token with `finalize = true`.
-    pub fn finish_chunk(&mut self) -> Result<StreamChunk> {
-        if self.vocoder.finished {
+    /// No more tokens: the final chunk (every remaining token with `finalize = true`) falls due
+    /// after the regular ones.
+    pub fn end(&mut self) -> Result<()> {
+        if self.vocoder.finished || self.ended {
             return Err(PipelineError::InvalidInput {
                 what: "speech tokens",
                 reason: "the stream has been finished".into(),
@@ -358,33 +423,78 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
                 reason: "no tokens to synthesise".into(),
             });
         }
-        let n = self.tokens.len();
-        self.run_chunk(n, true, n - self.offset)
+        self.ended = true;
+        Ok(())
     }
 
-    /// Ends the stream; returns the rest of the audio.
-    pub fn finish(&mut self) -> Result<Vec<f32>> {
-        Ok(self.finish_chunk()?.audio)
-    }
-
-    /// The flow on prompt + `tokens[..n]`, keeping the frames of tokens `offset..offset + hop`,
-    /// then HiFT.
-    fn run_chunk(&mut self, n: usize, finalize: bool, hop: usize) -> Result<StreamChunk> {
-        let _span = tracing::debug_span!("stream_chunk", index = self.chunks, tokens = n).entered();
-        let flow = self.s3gen.flow();
-        let ratio = flow.config().token_mel_ratio;
-        let dev = self.s3gen.device();
-        let shape = flow.noise_shape(1, self.reference.n_prompt_tokens(), n, finalize);
-        let noise = self.noise(shape, dev)?;
-        let tokens = Tensor::from_slice(&self.tokens[..n], (1, n), dev)?;
-        let mut fo = FlowOptions::default().with_finalize(finalize);
-        if let Some(steps) = self.opts.n_cfm_timesteps {
-            fo = fo.with_n_timesteps(steps);
+    /// The chunk due next, if any.
+    fn due(&self) -> Option<Due> {
+        if self.vocoder.finished {
+            return None;
         }
-        let feat = flow.inference(&tokens, &self.reference.flow_prompt(), &noise, None, &fo)?;
+        let look = self.s3gen.flow().config().pre_lookahead_len;
+        let hop = self.schedule.hop(self.chunks);
+        if self.tokens.len() - self.offset >= hop + look {
+            return Some(Due {
+                n: self.offset + hop + look,
+                finalize: false,
+                hop,
+            });
+        }
+        self.ended.then(|| Due {
+            n: self.tokens.len(),
+            finalize: true,
+            hop: self.tokens.len() - self.offset,
+        })
+    }
+
+    /// Whether a chunk is due (its flow call is [`next_flow`](Self::next_flow)).
+    pub fn is_due(&self) -> bool {
+        self.due().is_some()
+    }
+
+    /// The flow call of the chunk due next (`None`: no chunk is due). Its CFM noise is drawn
+    /// here, once: asking again before [`complete`](Self::complete) gives the same call.
+    pub fn next_flow(&mut self) -> Result<Option<FlowJob>> {
+        let Some(due) = self.due() else {
+            return Ok(None);
+        };
+        let flow = self.s3gen.flow();
+        let dev = self.s3gen.device().clone();
+        let shape = flow.noise_shape(1, self.reference.n_prompt_tokens(), due.n, due.finalize);
+        let noise = self.noise(shape, &dev)?;
+        let tokens = Tensor::from_slice(&self.tokens[..due.n], (1, due.n), &dev)?;
+        Ok(Some(FlowJob {
+            row: FlowRow::new(tokens, self.reference.flow_prompt(), noise, due.finalize),
+            n_timesteps: self.opts.n_cfm_timesteps,
+        }))
+    }
+
+    /// Finishes the chunk due with its flow output `feat` (the mel of every token of the
+    /// [`FlowJob`], `(1, 80, frames)`): keeps the frames of its new tokens and runs HiFT.
+    pub fn complete(&mut self, feat: &Tensor) -> Result<StreamChunk> {
+        let Some(Due { n, finalize, hop }) = self.due() else {
+            return Err(PipelineError::InvalidInput {
+                what: "flow output",
+                reason: "no chunk of this stream is due".into(),
+            });
+        };
+        let _span = tracing::debug_span!("stream_chunk", index = self.chunks, tokens = n).entered();
+        let ratio = self.s3gen.flow().config().token_mel_ratio;
         let start = self.offset * ratio;
-        let mel = feat.narrow(2, start, feat.dim(2)? - start)?;
-        debug_assert_eq!(mel.dim(2)?, hop * ratio);
+        let frames = feat.dim(2)?;
+        if feat.rank() != 3 || frames < start || frames - start != hop * ratio {
+            return Err(PipelineError::InvalidInput {
+                what: "flow output",
+                reason: format!(
+                    "expected (1, 80, {}) for chunk {} of {n} tokens, got {:?}",
+                    start + hop * ratio,
+                    self.chunks,
+                    feat.dims()
+                ),
+            });
+        }
+        let mel = feat.narrow(2, start, frames - start)?;
         let sample_offset = self.vocoder.emitted();
         let audio = self.vocoder.push(&mel, finalize, &mut self.draws)?;
         let chunk = StreamChunk {

@@ -1,7 +1,8 @@
 //! `batch` on the tiny english/turbo checkpoints of the parity fixtures: streams of different
 //! voices, texts (one and several sentences), seeds and token limits spoken together, joining
-//! while others run and through fewer slots than streams; each stream's chunks must be exactly
-//! those of the same stream on its own (`stream`).
+//! while others run and through fewer slots than streams; each stream's chunks must be those of
+//! the same stream on its own (`stream`): exactly with one chunk per flow call, and within float
+//! rounding when the chunks due share padded flow calls (the default).
 #![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
 mod fuzz_support;
 
@@ -67,18 +68,48 @@ fn batched(
     out
 }
 
+/// Largest `|a - b|` over the largest `|b|` of the solo audio (the padded flow's float
+/// rounding, through HiFT): the pipeline fixtures' waveform tolerance (`wav`, rel 1e-3);
+/// measured at most 5.3e-5 on these models.
+const FLOW_ROWS_TOL: f32 = 1e-3;
+
 fn check(
     solo: impl Fn(&Conditionals, &Job) -> Vec<AudioChunk>,
     voices: &[Conditionals],
     jobs: &[Job],
     got: &[Vec<AudioChunk>],
+    exact: bool,
 ) {
     for (k, (j, chunks)) in jobs.iter().zip(got).enumerate() {
         let want = solo(&voices[j.voice], j);
         assert!(!want.is_empty());
         assert_eq!(chunks.len(), want.len(), "job {k}: chunk count");
+        let peak = want
+            .iter()
+            .flat_map(|c| &c.samples)
+            .fold(0f32, |m, v| m.max(v.abs()));
+        let mut worst = 0f32;
         for (a, b) in chunks.iter().zip(&want) {
-            assert_eq!(a, b, "job {k}: chunk {}", b.index);
+            if exact {
+                assert_eq!(a, b, "job {k}: chunk {}", b.index);
+                continue;
+            }
+            assert_eq!(
+                (a.index, a.sentence, a.sample_offset, a.is_last, a.samples.len()),
+                (b.index, b.sentence, b.sample_offset, b.is_last, b.samples.len()),
+                "job {k}: chunk {}",
+                b.index
+            );
+            for (x, y) in a.samples.iter().zip(&b.samples) {
+                worst = worst.max((x - y).abs());
+            }
+        }
+        assert!(
+            worst <= FLOW_ROWS_TOL * peak,
+            "job {k}: audio differs from the solo stream by {worst:.2e} (peak {peak:.2e})"
+        );
+        if !exact {
+            println!("job {k}: max |batched - solo| {worst:.2e} of peak {peak:.2e}");
         }
         assert!(chunks.last().unwrap().is_last, "job {k}");
     }
@@ -145,15 +176,23 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
             .map(|c| c.unwrap())
             .collect::<Vec<_>>()
     };
-    for slots in [4, 2, 1] {
+    for (slots, flow_rows) in [(4, 1), (4, 16), (2, 2), (1, 16)] {
         let opts = BatchOptions::default()
             .with_slots(slots)
             .with_positions(256)
             .with_bucket(32);
         let mut batch = tts.batch(opts).unwrap();
+        batch.set_flow_rows(flow_rows);
         let got = batched(&mut batch, &voices, &jobs);
-        check(solo, &voices, &jobs, &got);
+        check(solo, &voices, &jobs, &got, flow_rows == 1);
         assert_eq!(batch.decoding(), 0);
+        let t = batch.timings();
+        if slots > 1 && flow_rows > 1 {
+            assert!(
+                t.flow_chunks > t.flow_calls,
+                "no flow call was shared: {t:?}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -211,14 +250,15 @@ fn turbo_streams_in_a_batch_equal_their_solo_streams() {
             .map(|c| c.unwrap())
             .collect::<Vec<_>>()
     };
-    for slots in [3, 1] {
+    for (slots, flow_rows) in [(3, 1), (3, 16), (1, 16)] {
         let opts = BatchOptions::default()
             .with_slots(slots)
             .with_positions(512)
             .with_bucket(32);
         let mut batch = tts.batch(opts).unwrap();
+        batch.set_flow_rows(flow_rows);
         let got = batched(&mut batch, &voices, &jobs);
-        check(solo, &voices, &jobs, &got);
+        check(solo, &voices, &jobs, &got, flow_rows == 1);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

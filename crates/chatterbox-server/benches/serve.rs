@@ -13,6 +13,8 @@
 //! from GPUs 0..N, one worker each (the GPU memory sampled is GPU 0's).
 //! `CHATTERBOX_SERVE_BATCH=S` serves up to `S` requests at once per worker through one batched
 //! T3 decoder (continuous batching, issue 27); 0 (default) one at a time.
+//! `CHATTERBOX_SERVE_FLOW_ROWS=R`: chunks per batched flow call (default
+//! `chatterbox_pipeline::FLOW_ROWS`; 1: each stream's flow alone).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -52,7 +54,8 @@
 use anyhow::Context as _;
 use candle_core::{DType, Device};
 use chatterbox_pipeline::{
-    Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip, S3GEN_SR, S3_SR,
+    Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip, FLOW_ROWS, S3GEN_SR,
+    S3_SR,
 };
 use chatterbox_server::{
     BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
@@ -643,7 +646,9 @@ async fn bench_main() -> anyhow::Result<()> {
                 dir.display(),
                 t0.elapsed().as_secs_f64()
             );
-            let inner = inner.with_batching(batching);
+            let inner = inner
+                .with_batching(batching)
+                .with_flow_rows(env_usize("CHATTERBOX_SERVE_FLOW_ROWS", FLOW_ROWS));
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };

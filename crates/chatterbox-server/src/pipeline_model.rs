@@ -40,6 +40,8 @@ pub struct PipelineModel {
     voice_set: bool,
     /// Continuous batching, when on ([`PipelineModel::with_batching`]).
     batching: Option<BatchOptions>,
+    /// Chunks per batched flow call ([`PipelineModel::with_flow_rows`]).
+    flow_rows: usize,
 }
 
 impl PipelineModel {
@@ -53,6 +55,7 @@ impl PipelineModel {
             device,
             voice_set,
             batching: None,
+            flow_rows: chatterbox_pipeline::FLOW_ROWS,
         }
     }
 
@@ -62,6 +65,14 @@ impl PipelineModel {
     /// decoder preallocates its KV caches for `opts.slots × opts.positions`.
     pub fn with_batching(mut self, opts: BatchOptions) -> Self {
         self.batching = (opts.slots > 0).then_some(opts);
+        self
+    }
+
+    /// With batching on, the chunks that fall due together share flow calls of up to `rows`
+    /// chunks (`SpeechBatch::set_flow_rows`; 1: each its own call). Default:
+    /// `chatterbox_pipeline::FLOW_ROWS`.
+    pub fn with_flow_rows(mut self, rows: usize) -> Self {
+        self.flow_rows = rows.max(1);
         self
     }
 }
@@ -215,8 +226,11 @@ impl SpeechModel for PipelineModel {
         let opts = self.batching.clone()?;
         let batch = with_model!(&self.inner, m => m.batch(opts));
         Some(match batch {
-            Ok(batch) => Ok(Box::new(PipelineBatch {
-                batch,
+            Ok(mut batch) => Ok(Box::new(PipelineBatch {
+                batch: {
+                    batch.set_flow_rows(self.flow_rows);
+                    batch
+                },
                 builtin: self.builtin.as_ref(),
                 device: &self.device,
                 id: self.id(),

@@ -1,11 +1,14 @@
 //! Many texts spoken at once (issue 27; no counterpart in the chatterbox reference, which
 //! speaks one text per call): each is a [`SpeechStream`] whose sentences' speech tokens come
 //! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
-//! stream instead of once per stream. The flow and HiFT run per stream, on each chunk as it
-//! is due, exactly as a stream on its own runs them.
+//! stream instead of once per stream. The chunks that fall due in a round go through the flow
+//! together (`inference_rows`: padded to the longest and masked, up to
+//! [`SpeechBatch::flow_rows`] per call), then HiFT runs per stream.
 //!
-//! A stream's tokens, CFM noise and audio are those of the same stream on its own (same seed:
-//! the decoder gives each request its own stream's draws), whatever the other streams are.
+//! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
+//! decoder gives each request its own stream's draws), whatever the other streams are; its
+//! audio equals the solo stream's up to the float rounding of the padded flow call (exactly,
+//! with `flow_rows` 1).
 
 use super::core::TtsCore;
 use super::stream::{AudioChunk, SpeechStream, Step};
@@ -41,8 +44,12 @@ pub struct BatchTimings {
     pub admit: Duration,
     /// The batched T3 decode steps.
     pub decode: Duration,
-    /// Audio: each stream's flow, HiFT and watermark on the chunks that fell due.
+    /// Audio: the flow calls, each stream's HiFT and watermark on the chunks that fell due.
     pub audio: Duration,
+    /// Flow calls run (each on up to [`SpeechBatch::flow_rows`] chunks).
+    pub flow_calls: u64,
+    /// Chunks those calls made.
+    pub flow_chunks: u64,
 }
 
 struct Entry<'a> {
@@ -58,7 +65,11 @@ pub struct SpeechBatch<'a> {
     streams: Vec<Entry<'a>>,
     next_id: StreamId,
     timings: BatchTimings,
+    flow_rows: usize,
 }
+
+/// Chunks one flow call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
+pub const FLOW_ROWS: usize = 16;
 
 impl std::fmt::Debug for SpeechBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,7 +88,19 @@ impl<'a> SpeechBatch<'a> {
             streams: Vec::new(),
             next_id: 0,
             timings: BatchTimings::default(),
+            flow_rows: FLOW_ROWS,
         })
+    }
+
+    /// Chunks one flow call makes at most.
+    pub fn flow_rows(&self) -> usize {
+        self.flow_rows
+    }
+
+    /// Sets [`flow_rows`](Self::flow_rows) (at least 1; 1 runs each stream's flow alone, exactly
+    /// as the stream on its own). Default: [`FLOW_ROWS`].
+    pub fn set_flow_rows(&mut self, rows: usize) {
+        self.flow_rows = rows.max(1);
     }
 
     /// Adds `text` spoken in the voice of `conds` with `opts` (checked now: bad input is an
@@ -217,20 +240,32 @@ impl<'a> SpeechBatch<'a> {
                 }
             }
         }
-        // Audio from the tokens each stream got.
+        // Audio from the tokens each stream got: every stream runs until it waits for tokens
+        // or for a chunk's flow call; the calls due run together, and again until none is due.
         let t2 = Instant::now();
-        for e in self.streams.iter_mut() {
-            if failed.contains(&e.id) {
-                continue;
+        loop {
+            let mut waiting = Vec::new();
+            for (i, e) in self.streams.iter_mut().enumerate() {
+                if failed.contains(&e.id) {
+                    continue;
+                }
+                let pumped = e.stream.pump();
+                for c in e.stream.take_ready() {
+                    out.push((e.id, BatchOutput::Chunk(c)));
+                }
+                match pumped {
+                    Ok(Step::Flow) => waiting.push(i),
+                    Ok(_) => {}
+                    Err(err) => {
+                        out.push((e.id, BatchOutput::Failed(err)));
+                        failed.push(e.id);
+                    }
+                }
             }
-            let pumped = e.stream.pump();
-            for c in e.stream.take_ready() {
-                out.push((e.id, BatchOutput::Chunk(c)));
+            if waiting.is_empty() {
+                break;
             }
-            if let Err(err) = pumped {
-                out.push((e.id, BatchOutput::Failed(err)));
-                failed.push(e.id);
-            }
+            self.run_flows(&waiting, &mut out, &mut failed);
         }
         self.timings.audio += t2.elapsed();
         let decoder = &mut self.decoder;
@@ -244,5 +279,63 @@ impl<'a> SpeechBatch<'a> {
             !gone
         });
         out
+    }
+
+    /// The flow calls of the streams at `waiting`: grouped by Euler steps, sorted by length
+    /// (least padding), `flow_rows` per call; each stream gets its mel, or fails with its call.
+    fn run_flows(
+        &mut self,
+        waiting: &[usize],
+        out: &mut Vec<(StreamId, BatchOutput)>,
+        failed: &mut Vec<StreamId>,
+    ) {
+        let mut jobs = Vec::with_capacity(waiting.len());
+        for &i in waiting {
+            let e = &mut self.streams[i];
+            match e.stream.flow_job() {
+                Ok(Some(job)) => jobs.push((i, job)),
+                Ok(None) => {}
+                Err(err) => {
+                    out.push((e.id, BatchOutput::Failed(err)));
+                    failed.push(e.id);
+                }
+            }
+        }
+        jobs.sort_by_key(|(_, j)| (j.n_timesteps, j.row.noise.dims().get(2).copied()));
+        let flow = self.core.s3gen.flow();
+        let mut rest = jobs.as_slice();
+        while let Some((_, first)) = rest.first() {
+            let same = rest
+                .iter()
+                .take(self.flow_rows)
+                .take_while(|(_, j)| j.n_timesteps == first.n_timesteps)
+                .count();
+            let (group, tail) = rest.split_at(same);
+            rest = tail;
+            let mels = if let [(_, job)] = group {
+                job.run(flow).map(|m| vec![m])
+            } else {
+                let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
+                flow.inference_rows(&rows, first.n_timesteps)
+                    .map_err(PipelineError::from)
+            };
+            self.timings.flow_calls += 1;
+            self.timings.flow_chunks += group.len() as u64;
+            match mels {
+                Ok(mels) => {
+                    for ((i, _), mel) in group.iter().zip(mels) {
+                        self.streams[*i].stream.supply_flow(mel);
+                    }
+                }
+                Err(err) => {
+                    let msg = err.to_string();
+                    for (i, _) in group {
+                        let e = &self.streams[*i];
+                        out.push((e.id, BatchOutput::Failed(PipelineError::FlowBatch(msg.clone()))));
+                        failed.push(e.id);
+                    }
+                }
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ pub use self::core::{
     TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 
-pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId};
+pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, FLOW_ROWS};
 pub use self::stream::{AudioChunk, SpeechStream};
 
 use self::core::TtsCore;

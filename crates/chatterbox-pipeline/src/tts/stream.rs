@@ -26,7 +26,7 @@ use crate::draws::SeededDraws;
 use crate::options::GenerateOptions;
 use crate::progress::Progress;
 use crate::s3gen::{S3GenOptions, S3GEN_SIL, S3GEN_SR, SAMPLES_PER_TOKEN};
-use crate::stream_synth::StreamingSynth;
+use crate::stream_synth::{FlowJob, StreamChunk, StreamingSynth};
 use crate::watermark::StreamWatermarker;
 use crate::{PipelineError, Result};
 use candle_core::Tensor;
@@ -74,6 +74,9 @@ pub(crate) enum Step {
     Blocked,
     /// It needs its next sentence admitted into the batch.
     NeedsSentence,
+    /// A chunk is due: it waits for its flow output ([`SpeechStream::flow_job`],
+    /// [`SpeechStream::supply_flow`]).
+    Flow,
 }
 
 /// One text chunk being spoken.
@@ -88,6 +91,11 @@ struct Sentence<'a> {
     pushed: usize,
     /// Tokens outside S3Gen's vocabulary (not synthesised).
     skipped: usize,
+    /// Batched: T3 has stopped and the synthesiser's last chunks are being made; holds their
+    /// audio until the final chunk (`end_sentence` takes it all at once).
+    ending: Option<Vec<f32>>,
+    /// Batched: the flow output of the chunk due, handed in by the driver.
+    flow_out: Option<Tensor>,
 }
 
 /// A text being spoken, as an iterator of [`AudioChunk`]s (created by the models' `stream`).
@@ -272,6 +280,8 @@ impl<'a> SpeechStream<'a> {
             drawn: 0,
             pushed: 0,
             skipped: 0,
+            ending: None,
+            flow_out: None,
         });
         Ok(events)
     }
@@ -335,6 +345,21 @@ impl<'a> SpeechStream<'a> {
         self.done
     }
 
+    /// The flow call this stream waits for (after [`Self::pump`] returned [`Step::Flow`]).
+    pub(crate) fn flow_job(&mut self) -> Result<Option<FlowJob>> {
+        match self.sentence.as_mut() {
+            Some(s) if s.flow_out.is_none() => s.synth.next_flow(),
+            _ => Ok(None),
+        }
+    }
+
+    /// Hands in the output of [`Self::flow_job`]'s call; the next [`Self::pump`] uses it.
+    pub(crate) fn supply_flow(&mut self, feat: Tensor) {
+        if let Some(s) = self.sentence.as_mut() {
+            s.flow_out = Some(feat);
+        }
+    }
+
     /// One T3 step of the current sentence, and the audio it completes.
     fn step(&mut self) -> Result<Step> {
         let Some(s) = self.sentence.as_mut() else {
@@ -350,6 +375,27 @@ impl<'a> SpeechStream<'a> {
             self.done = true;
             return Ok(Step::Ran);
         };
+        if self.batched {
+            // the chunk due comes before the next token (as `push_tokens` runs it at once)
+            if let Some(feat) = s.flow_out.take() {
+                let chunk = s.synth.complete(&feat)?;
+                match s.ending.as_mut() {
+                    None => {
+                        let out = self.fader.push_part(&chunk.audio);
+                        self.emit(out, false)?;
+                    }
+                    Some(audio) if !chunk.is_last => audio.extend(chunk.audio),
+                    Some(_) => {
+                        let audio = s.ending.take().unwrap_or_default();
+                        self.end_sentence(audio, chunk)?;
+                    }
+                }
+                return Ok(Step::Ran);
+            }
+            if s.synth.is_due() {
+                return Ok(Step::Flow);
+            }
+        }
         let next = match &mut s.tokens {
             Tokens::Own(ts) => ts.next().transpose()?,
             Tokens::Batched { queue, ended, .. } => match queue.pop_front() {
@@ -364,7 +410,12 @@ impl<'a> SpeechStream<'a> {
                 let (chunk, generated) = (s.index, s.drawn);
                 let audio = if t < SPEECH_VOCAB_SIZE {
                     s.pushed += 1;
-                    s.synth.push_tokens(&[t])?
+                    if self.batched {
+                        s.synth.push(&[t])?;
+                        Vec::new()
+                    } else {
+                        s.synth.push_tokens(&[t])?
+                    }
                 } else {
                     if t != self.core.t3.config().stop_speech_token {
                         s.skipped += 1;
@@ -380,34 +431,44 @@ impl<'a> SpeechStream<'a> {
                 let out = self.fader.push_part(&audio);
                 self.emit(out, false)?;
             }
-            None => self.end_sentence()?,
+            None => {
+                let variant = self.core.variant;
+                if s.skipped > 0 && variant == Variant::Multilingual {
+                    tracing::warn!("dropping speech tokens outside S3Gen's vocabulary");
+                }
+                let turbo = matches!(variant, Variant::Turbo | Variant::Nano);
+                if self.batched {
+                    if turbo {
+                        s.synth.push(&[S3GEN_SIL; 3])?;
+                        s.pushed += 3;
+                    }
+                    no_speech_check(s)?;
+                    s.synth.end()?;
+                    s.ending = Some(Vec::new());
+                } else {
+                    let mut audio = Vec::new();
+                    if turbo {
+                        audio = s.synth.push_tokens(&[S3GEN_SIL; 3])?;
+                        s.pushed += 3;
+                    }
+                    no_speech_check(s)?;
+                    let last = s.synth.finish_chunk()?;
+                    self.end_sentence(audio, last)?;
+                }
+            }
         }
         Ok(Step::Ran)
     }
 
-    /// T3 has stopped: the variant's ending, the last chunk of audio, the crossfade's segment end.
-    fn end_sentence(&mut self) -> Result<()> {
-        let Some(mut s) = self.sentence.take() else {
+    /// The sentence's last chunk is made (`audio`: the chunks' audio since T3 stopped, before
+    /// `last`): the variant's ending, the crossfade's segment end.
+    fn end_sentence(&mut self, mut audio: Vec<f32>, last: StreamChunk) -> Result<()> {
+        let Some(s) = self.sentence.take() else {
             return Ok(());
         };
-        let variant = self.core.variant;
-        if s.skipped > 0 && variant == Variant::Multilingual {
-            tracing::warn!("dropping speech tokens outside S3Gen's vocabulary");
-        }
-        let mut audio = Vec::new();
-        if matches!(variant, Variant::Turbo | Variant::Nano) {
-            audio = s.synth.push_tokens(&[S3GEN_SIL; 3])?;
-            s.pushed += 3;
-        }
-        if s.pushed == 0 {
-            return Err(PipelineError::NoSpeechTokens {
-                chunk: s.index,
-                text: s.text,
-            });
-        }
-        let before = s.synth.emitted();
-        let mut last = s.synth.finish()?;
-        if variant == Variant::Multilingual {
+        let before = last.sample_offset;
+        let mut last = last.audio;
+        if self.core.variant == Variant::Multilingual {
             // Drop the final speech token's audio, as `generate` does.
             let keep = s.pushed.saturating_sub(1).max(1) * SAMPLES_PER_TOKEN;
             last.truncate(keep.saturating_sub(before));
@@ -431,6 +492,17 @@ impl<'a> SpeechStream<'a> {
         });
         Ok(())
     }
+}
+
+/// A sentence that ends without a token to synthesise is an error naming it.
+fn no_speech_check(s: &Sentence<'_>) -> Result<()> {
+    if s.pushed == 0 {
+        return Err(PipelineError::NoSpeechTokens {
+            chunk: s.index,
+            text: s.text.clone(),
+        });
+    }
+    Ok(())
 }
 
 impl Iterator for SpeechStream<'_> {

@@ -252,11 +252,12 @@ pub fn english_checkpoint(name: &str) -> tempfile::TempDir {
 
 /// A device with the tiny english model, loaded on its worker thread.
 pub fn tiny_english_device(dir: PathBuf) -> DeviceModels {
-    tiny_english_device_batched(dir, 0)
+    tiny_english_device_batched(dir, 0, 1)
 }
 
-/// [`tiny_english_device`] speaking up to `slots` requests at once (0: one at a time).
-pub fn tiny_english_device_batched(dir: PathBuf, slots: usize) -> DeviceModels {
+/// [`tiny_english_device`] speaking up to `slots` requests at once (0: one at a time), the
+/// chunks due sharing flow calls of up to `flow_rows`.
+pub fn tiny_english_device_batched(dir: PathBuf, slots: usize, flow_rows: usize) -> DeviceModels {
     DeviceModels::new("cpu", move || {
         let tts = chatterbox_pipeline::ChatterboxTts::from_dir(
             &dir,
@@ -268,7 +269,11 @@ pub fn tiny_english_device_batched(dir: PathBuf, slots: usize) -> DeviceModels {
             .with_positions(256)
             .with_bucket(32);
         let m: Box<dyn SpeechModel> =
-            Box::new(chatterbox_server::PipelineModel::from(tts).with_batching(batching));
+            Box::new(
+                chatterbox_server::PipelineModel::from(tts)
+                    .with_batching(batching)
+                    .with_flow_rows(flow_rows),
+            );
         Ok(vec![m])
     })
 }
