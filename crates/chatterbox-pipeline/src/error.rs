@@ -103,8 +103,9 @@ pub enum PipelineError {
     /// this, as their state is unknown.
     #[error("the batched decode step failed: {0}")]
     BatchStep(String),
-    /// A flow call shared by several streams of a batch failed: each of them fails with this.
-    #[error("the batched flow call failed: {0}")]
+    /// A flow or HiFT call shared by several streams of a batch failed: each of them fails
+    /// with this.
+    #[error("the batched flow or vocoder call failed: {0}")]
     FlowBatch(String),
     /// T3 produced no speech token to synthesise.
     #[error("T3 generated no speech tokens for chunk {chunk} ({text:?})")]

@@ -34,7 +34,10 @@ pub use progress::Progress;
 pub use s3gen::{
     S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
-pub use stream_synth::{FlowJob, StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder};
+pub use stream_synth::{
+    vocode_batch, FlowJob, StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder,
+    VocodeJob,
+};
 pub use tts::{
     drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,
     ChatterboxTts, ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechStream, StreamId, FLOW_ROWS,

@@ -31,7 +31,7 @@ use crate::s3gen::{S3Gen, S3GenOptions, S3GenRef};
 use crate::{PipelineError, Result};
 use candle_core::{DType, Device, Tensor};
 use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowOptions, FlowRow};
-use chatterbox_vocoder::{HiFTGenerator, TrimFade};
+use chatterbox_vocoder::{HiFTGenerator, SineDraws, TrimFade};
 
 /// When [`StreamingSynth`] runs a chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +127,80 @@ struct HiftCache {
     speech: Vec<f32>,
 }
 
+/// One HiFT call of a [`StreamingVocoder`], from [`StreamingVocoder::prepare`]: run it alone
+/// ([`VocodeJob::run`]) or with other streams' calls of the same shape ([`vocode_batch`]), and
+/// hand the output to [`StreamingVocoder::finish`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct VocodeJob {
+    /// The previous chunk's last `overlap_frames` mel frames, then this chunk's: `(1, 80, t)`.
+    pub mel_in: Tensor,
+    /// The sine source's draws for `t * 480` samples.
+    pub sine: SineDraws,
+    /// The previous call's last `overlap_frames * 480` source samples (`None` for the first).
+    pub cache_source: Option<Tensor>,
+    /// Whether this is the stream's last chunk.
+    pub last: bool,
+}
+
+impl VocodeJob {
+    /// HiFT on this call alone: the waveform `(1, N)` and source `(1, 1, N)`.
+    pub fn run(&self, hift: &HiFTGenerator) -> Result<(Tensor, Tensor)> {
+        Ok(hift.inference_with_draws(&self.mel_in, &self.sine, self.cache_source.as_ref())?)
+    }
+
+    /// What calls must share to run as one batch: mel frames and cached source samples.
+    pub fn shape(&self) -> (usize, usize) {
+        let frames = self.mel_in.dims().get(2).copied().unwrap_or(0);
+        let cached = self
+            .cache_source
+            .as_ref()
+            .and_then(|c| c.dims().get(2).copied())
+            .unwrap_or(0);
+        (frames, cached)
+    }
+}
+
+/// HiFT on several streams' calls of one [`VocodeJob::shape`] as one batch; returns each call's
+/// waveform `(1, N)` and source `(1, 1, N)`, equal to its own [`VocodeJob::run`] up to float
+/// rounding (HiFT's rows never mix).
+pub fn vocode_batch(hift: &HiFTGenerator, jobs: &[&VocodeJob]) -> Result<Vec<(Tensor, Tensor)>> {
+    match jobs {
+        [] => return Ok(Vec::new()),
+        [one] => return Ok(vec![one.run(hift)?]),
+        _ => {}
+    }
+    let shape = jobs[0].shape();
+    if let Some(j) = jobs.iter().find(|j| j.shape() != shape) {
+        return Err(PipelineError::InvalidInput {
+            what: "vocoder batch",
+            reason: format!(
+                "calls of (frames, cached samples) {shape:?} and {:?} cannot share a batch",
+                j.shape()
+            ),
+        });
+    }
+    let cat = |f: &dyn Fn(&VocodeJob) -> &Tensor| -> Result<Tensor> {
+        let rows: Vec<&Tensor> = jobs.iter().map(|j| f(j)).collect();
+        Ok(Tensor::cat(&rows, 0)?)
+    };
+    let mel = cat(&|j| &j.mel_in)?;
+    let sine = SineDraws::new(cat(&|j| &j.sine.phase)?, cat(&|j| &j.sine.noise)?);
+    let cache = if shape.1 > 0 {
+        let rows = jobs
+            .iter()
+            .map(|j| j.cache_source.as_ref())
+            .collect::<Option<Vec<_>>>();
+        Some(Tensor::cat(&rows.unwrap_or_default(), 0)?)
+    } else {
+        None
+    };
+    let (wav, source) = hift.inference_with_draws(&mel, &sine, cache.as_ref())?;
+    (0..jobs.len())
+        .map(|i| Ok((wav.narrow(0, i, 1)?, source.narrow(0, i, 1)?)))
+        .collect()
+}
+
 /// HiFT over a stream of mel chunks, joined as CosyVoice2's `token2wav` joins them (see the
 /// module docs). The audio handed out is final: later chunks never change it.
 pub struct StreamingVocoder<'a> {
@@ -178,6 +252,14 @@ impl<'a> StreamingVocoder<'a> {
     /// Vocodes the next `(1, 80, frames)` mel chunk (`last`: the end of the stream) with HiFT's
     /// sine draws from `draws`; returns the samples that became final.
     pub fn push(&mut self, mel: &Tensor, last: bool, draws: &mut dyn Draws) -> Result<Vec<f32>> {
+        let job = self.prepare(mel, last, draws)?;
+        let (wav, source) = job.run(self.hift)?;
+        self.finish(&job, &wav, &source)
+    }
+
+    /// The HiFT call of the next mel chunk (see [`push`](Self::push)), its sine draws taken from
+    /// `draws` now; [`finish`](Self::finish) takes its output.
+    pub fn prepare(&self, mel: &Tensor, last: bool, draws: &mut dyn Draws) -> Result<VocodeJob> {
         if self.finished {
             return Err(PipelineError::InvalidInput {
                 what: "mel chunk",
@@ -186,12 +268,10 @@ impl<'a> StreamingVocoder<'a> {
         }
         let mel = mel.to_dtype(DType::F32)?;
         let (mel_in, cache_source) = match &self.cache {
-            Some(c) => (Tensor::cat(&[&c.mel, &mel], 2)?, Some(&c.source)),
+            Some(c) => (Tensor::cat(&[&c.mel, &mel], 2)?, Some(c.source.clone())),
             None => (mel, None),
         };
         let (b, _, t) = mel_in.dims3()?;
-        let spf = self.hift.config().samples_per_frame();
-        let tail = self.overlap_frames * spf;
         if b != 1 || (!last && t < self.overlap_frames) {
             return Err(PipelineError::InvalidInput {
                 what: "mel chunk",
@@ -202,15 +282,32 @@ impl<'a> StreamingVocoder<'a> {
                 ),
             });
         }
+        let spf = self.hift.config().samples_per_frame();
         let sine = draws.sine(
             1,
             self.hift.m_source().sine_gen().harmonics(),
             t * spf,
             mel_in.device(),
         )?;
-        let (wav, source) = self
-            .hift
-            .inference_with_draws(&mel_in, &sine, cache_source)?;
+        Ok(VocodeJob {
+            mel_in,
+            sine,
+            cache_source,
+            last,
+        })
+    }
+
+    /// Joins the output of `job`'s HiFT call (`wav (1, N)`, `source (1, 1, N)`) to the stream;
+    /// returns the samples that became final.
+    pub fn finish(&mut self, job: &VocodeJob, wav: &Tensor, source: &Tensor) -> Result<Vec<f32>> {
+        if self.finished {
+            return Err(PipelineError::InvalidInput {
+                what: "mel chunk",
+                reason: "the stream has ended".into(),
+            });
+        }
+        let t = job.mel_in.dim(2)?;
+        let tail = self.overlap_frames * self.hift.config().samples_per_frame();
         let mut speech = wav.squeeze(0)?.to_vec1::<f32>()?;
         if let Some(c) = &self.cache {
             // fade_in_out: f32 samples times the f64 window, rounded back to f32 (as torch does).
@@ -219,13 +316,15 @@ impl<'a> StreamingVocoder<'a> {
                 *s = (f64::from(*s) * fade_in[i] + f64::from(c.speech[i]) * fade_out[i]) as f32;
             }
         }
-        if last {
+        if job.last {
             self.cache = None;
             self.finished = true;
         } else {
             let n = source.dim(2)?;
             self.cache = Some(HiftCache {
-                mel: mel_in.narrow(2, t - self.overlap_frames, self.overlap_frames)?,
+                mel: job
+                    .mel_in
+                    .narrow(2, t - self.overlap_frames, self.overlap_frames)?,
                 source: source.narrow(2, n - tail, tail)?,
                 speech: speech.split_off(speech.len() - tail),
             });
@@ -270,6 +369,14 @@ pub struct StreamingSynth<'a, D: Draws> {
     noise: Option<Tensor>,
     /// No more tokens: the final chunk is due once the regular ones are made.
     ended: bool,
+    /// The chunk whose HiFT call is out ([`StreamingSynth::vocode_job`]).
+    vocoding: Option<Vocoding>,
+}
+
+/// A chunk between its flow and its HiFT output: its new mel frames and tokens.
+struct Vocoding {
+    mel: Tensor,
+    hop: usize,
 }
 
 /// The flow call of a chunk that is due, from [`StreamingSynth::next_flow`]: run it (alone, or
@@ -332,6 +439,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             chunks: 0,
             noise: None,
             ended: false,
+            vocoding: None,
         })
     }
 
@@ -429,7 +537,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
 
     /// The chunk due next, if any.
     fn due(&self) -> Option<Due> {
-        if self.vocoder.finished {
+        if self.vocoder.finished || self.vocoding.is_some() {
             return None;
         }
         let look = self.s3gen.flow().config().pre_lookahead_len;
@@ -473,13 +581,21 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// Finishes the chunk due with its flow output `feat` (the mel of every token of the
     /// [`FlowJob`], `(1, 80, frames)`): keeps the frames of its new tokens and runs HiFT.
     pub fn complete(&mut self, feat: &Tensor) -> Result<StreamChunk> {
+        let job = self.vocode_job(feat)?;
+        let (wav, source) = job.run(self.s3gen.mel2wav())?;
+        self.vocoded(&job, &wav, &source)
+    }
+
+    /// The first half of [`complete`](Self::complete): the HiFT call of the chunk due, from
+    /// its flow output `feat` (HiFT's sine draws are taken now). Until
+    /// [`vocoded`](Self::vocoded) gets its output, no other chunk is due.
+    pub fn vocode_job(&mut self, feat: &Tensor) -> Result<VocodeJob> {
         let Some(Due { n, finalize, hop }) = self.due() else {
             return Err(PipelineError::InvalidInput {
                 what: "flow output",
                 reason: "no chunk of this stream is due".into(),
             });
         };
-        let _span = tracing::debug_span!("stream_chunk", index = self.chunks, tokens = n).entered();
         let ratio = self.s3gen.flow().config().token_mel_ratio;
         let start = self.offset * ratio;
         let frames = feat.dim(2)?;
@@ -495,14 +611,29 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             });
         }
         let mel = feat.narrow(2, start, frames - start)?;
+        let job = self.vocoder.prepare(&mel, finalize, &mut self.draws)?;
+        self.vocoding = Some(Vocoding { mel, hop });
+        Ok(job)
+    }
+
+    /// The second half of [`complete`](Self::complete): `job`'s HiFT output (`wav (1, N)`,
+    /// `source (1, 1, N)`) joined to the stream, the chunk's final audio.
+    pub fn vocoded(&mut self, job: &VocodeJob, wav: &Tensor, source: &Tensor) -> Result<StreamChunk> {
+        let Some(Vocoding { mel, hop }) = self.vocoding.take() else {
+            return Err(PipelineError::InvalidInput {
+                what: "vocoder output",
+                reason: "no chunk of this stream waits for HiFT".into(),
+            });
+        };
+        let _span = tracing::debug_span!("stream_chunk", index = self.chunks).entered();
         let sample_offset = self.vocoder.emitted();
-        let audio = self.vocoder.push(&mel, finalize, &mut self.draws)?;
+        let audio = self.vocoder.finish(job, wav, source)?;
         let chunk = StreamChunk {
             index: self.chunks,
             sample_offset,
             audio,
             mel,
-            is_last: finalize,
+            is_last: job.last,
         };
         self.offset += hop;
         self.chunks += 1;

@@ -7,9 +7,9 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
+    vocode_batch, Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
     ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError,
-    StreamSchedule,
+    S3GenOptions, SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
 };
 use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
 use std::collections::HashMap;
@@ -154,6 +154,13 @@ fn english_jobs() -> Vec<Job> {
             },
             join_at: 7,
         },
+        // job 0's twin in the other voice: their chunks fall due together, of one length
+        Job {
+            voice: 1,
+            text: "Hello there.",
+            opts: opts(12, 30),
+            join_at: 0,
+        },
     ]
 }
 
@@ -188,12 +195,83 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
         assert_eq!(batch.decoding(), 0);
         let t = batch.timings();
         if slots > 1 && flow_rows > 1 {
-            assert!(
-                t.flow_chunks > t.flow_calls,
-                "no flow call was shared: {t:?}"
-            );
+            assert!(t.flow_chunks > t.flow_calls, "no flow call was shared: {t:?}");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// HiFT calls of one shape from different streams (voices, tokens, draws) run as one batch give
+/// each call's own output, at a stream's first chunk (no cached source) and its next (cached);
+/// calls of different shapes are refused.
+#[test]
+fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
+    let dir = checkpoint_dir("english", "batch-hift");
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let mut voices = Vec::new();
+    for (gain, rot) in [(1.0, 0), (0.6, 9000)] {
+        tts.prepare_conditionals_from_audio(&clip(0, gain, rot), 0.5)
+            .unwrap();
+        voices.push(tts.conditionals().cloned().unwrap());
+    }
+    let s3gen = tts.s3gen();
+    let hift = s3gen.mel2wav();
+    let schedule = StreamSchedule::new(vec![6, 8]);
+    let mut synths: Vec<_> = voices
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            StreamingSynth::new(
+                s3gen,
+                &v.gen,
+                schedule.clone(),
+                S3GenOptions::default().with_n_cfm_timesteps(Some(2)),
+                SeededDraws::new(40 + i as u64),
+            )
+            .unwrap()
+        })
+        .collect();
+    for (chunk, tokens) in [(0, 9), (1, 8)] {
+        let mut jobs = Vec::new();
+        for (i, synth) in synths.iter_mut().enumerate() {
+            let ids: Vec<u32> = (0..tokens).map(|t| (t * 97 + i * 31 + chunk * 7) as u32).collect();
+            synth.push(&ids).unwrap();
+            let flow = synth.next_flow().unwrap().unwrap();
+            let feat = flow.run(s3gen.flow()).unwrap();
+            jobs.push(synth.vocode_job(&feat).unwrap());
+        }
+        assert_eq!(jobs[0].shape(), jobs[1].shape());
+        assert_eq!(jobs[0].cache_source.is_some(), chunk > 0);
+        let refs: Vec<&VocodeJob> = jobs.iter().collect();
+        let together = vocode_batch(hift, &refs).unwrap();
+        for (i, (job, (wav, source))) in jobs.iter().zip(&together).enumerate() {
+            let (w, src) = job.run(hift).unwrap();
+            assert_eq!(wav.dims(), w.dims());
+            let err = |a: &candle_core::Tensor, b: &candle_core::Tensor| {
+                let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+                let m = b.abs().unwrap().max_all().unwrap();
+                d.to_scalar::<f32>().unwrap() / m.to_scalar::<f32>().unwrap()
+            };
+            let (ew, es) = (err(wav, &w), err(source, &src));
+            println!("chunk {chunk} stream {i}: wav {ew:.2e}, source {es:.2e}");
+            assert!(ew < 1e-5 && es < 1e-5, "chunk {chunk} stream {i}: {ew:.2e} {es:.2e}");
+        }
+        for ((synth, job), (wav, source)) in synths.iter_mut().zip(&jobs).zip(together) {
+            let c = synth.vocoded(job, &wav, &source).unwrap();
+            assert_eq!(c.index, chunk);
+        }
+    }
+    // the next chunks differ in length: no shared call
+    synths[0].push(&[1; 8]).unwrap();
+    synths[1].end().unwrap();
+    let mut jobs = Vec::new();
+    for synth in synths.iter_mut() {
+        let feat = synth.next_flow().unwrap().unwrap().run(s3gen.flow()).unwrap();
+        jobs.push(synth.vocode_job(&feat).unwrap());
+    }
+    assert_ne!(jobs[0].shape(), jobs[1].shape());
+    let e = vocode_batch(hift, &[&jobs[0], &jobs[1]]).unwrap_err();
+    assert!(e.to_string().contains("cannot share a batch"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -276,6 +276,9 @@ fn serve_batch(
                     audio_s = t.audio.as_secs_f64(),
                     flow_calls = t.flow_calls,
                     chunks_per_flow_call = t.flow_chunks as f64 / t.flow_calls.max(1) as f64,
+                    vocoder_calls = t.vocoder_calls,
+                    chunks_per_vocoder_call =
+                        t.vocoder_chunks as f64 / t.vocoder_calls.max(1) as f64,
                     "batch drained"
                 );
             }

@@ -3,7 +3,8 @@
 //! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
 //! stream instead of once per stream. The chunks that fall due in a round go through the flow
 //! together (`inference_rows`: padded to the longest and masked, up to
-//! [`SpeechBatch::flow_rows`] per call), then HiFT runs per stream.
+//! [`SpeechBatch::flow_rows`] per call), then through HiFT together, chunks of one length per
+//! call (HiFT's convolutions see past a row's end, so it takes no padding).
 //!
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
@@ -12,6 +13,7 @@
 
 use super::core::TtsCore;
 use super::stream::{AudioChunk, SpeechStream, Step};
+use crate::stream_synth::{vocode_batch, VocodeJob};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
 use crate::{PipelineError, Result};
@@ -50,6 +52,10 @@ pub struct BatchTimings {
     pub flow_calls: u64,
     /// Chunks those calls made.
     pub flow_chunks: u64,
+    /// HiFT calls run (each on up to [`SpeechBatch::flow_rows`] chunks of one shape).
+    pub vocoder_calls: u64,
+    /// Chunks those calls made.
+    pub vocoder_chunks: u64,
 }
 
 struct Entry<'a> {
@@ -68,7 +74,7 @@ pub struct SpeechBatch<'a> {
     flow_rows: usize,
 }
 
-/// Chunks one flow call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
+/// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
 pub const FLOW_ROWS: usize = 16;
 
 impl std::fmt::Debug for SpeechBatch<'_> {
@@ -92,13 +98,13 @@ impl<'a> SpeechBatch<'a> {
         })
     }
 
-    /// Chunks one flow call makes at most.
+    /// Chunks one flow call (and one HiFT call) makes at most.
     pub fn flow_rows(&self) -> usize {
         self.flow_rows
     }
 
-    /// Sets [`flow_rows`](Self::flow_rows) (at least 1; 1 runs each stream's flow alone, exactly
-    /// as the stream on its own). Default: [`FLOW_ROWS`].
+    /// Sets [`flow_rows`](Self::flow_rows) (at least 1; 1 runs each stream's flow and HiFT
+    /// alone, exactly as the stream on its own). Default: [`FLOW_ROWS`].
     pub fn set_flow_rows(&mut self, rows: usize) {
         self.flow_rows = rows.max(1);
     }
@@ -244,7 +250,7 @@ impl<'a> SpeechBatch<'a> {
         // or for a chunk's flow call; the calls due run together, and again until none is due.
         let t2 = Instant::now();
         loop {
-            let mut waiting = Vec::new();
+            let (mut flows, mut vocodes) = (Vec::new(), Vec::new());
             for (i, e) in self.streams.iter_mut().enumerate() {
                 if failed.contains(&e.id) {
                     continue;
@@ -254,7 +260,8 @@ impl<'a> SpeechBatch<'a> {
                     out.push((e.id, BatchOutput::Chunk(c)));
                 }
                 match pumped {
-                    Ok(Step::Flow) => waiting.push(i),
+                    Ok(Step::Flow) => flows.push(i),
+                    Ok(Step::Vocode) => vocodes.push(i),
                     Ok(_) => {}
                     Err(err) => {
                         out.push((e.id, BatchOutput::Failed(err)));
@@ -262,10 +269,11 @@ impl<'a> SpeechBatch<'a> {
                     }
                 }
             }
-            if waiting.is_empty() {
+            if flows.is_empty() && vocodes.is_empty() {
                 break;
             }
-            self.run_flows(&waiting, &mut out, &mut failed);
+            self.run_flows(&flows, &mut out, &mut failed);
+            self.run_vocoder(&vocodes, &mut out, &mut failed);
         }
         self.timings.audio += t2.elapsed();
         let decoder = &mut self.decoder;
@@ -331,6 +339,55 @@ impl<'a> SpeechBatch<'a> {
                     let msg = err.to_string();
                     for (i, _) in group {
                         let e = &self.streams[*i];
+                        out.push((e.id, BatchOutput::Failed(PipelineError::FlowBatch(msg.clone()))));
+                        failed.push(e.id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The HiFT calls of the streams at `waiting`: those of one shape (a chunk's frames and
+    /// cached source) share a call, `flow_rows` at most; each stream gets its output, or fails
+    /// with its call.
+    fn run_vocoder(
+        &mut self,
+        waiting: &[usize],
+        out: &mut Vec<(StreamId, BatchOutput)>,
+        failed: &mut Vec<StreamId>,
+    ) {
+        let mut jobs: Vec<(usize, (usize, usize))> = waiting
+            .iter()
+            .filter_map(|&i| Some((i, self.streams[i].stream.vocode_job()?.shape())))
+            .collect();
+        jobs.sort_by_key(|&(_, shape)| shape);
+        let hift = self.core.s3gen.mel2wav();
+        let mut rest = jobs.as_slice();
+        while let Some(&(_, shape)) = rest.first() {
+            let same = rest
+                .iter()
+                .take(self.flow_rows)
+                .take_while(|(_, s)| *s == shape)
+                .count();
+            let (group, tail) = rest.split_at(same);
+            rest = tail;
+            let calls: Vec<&VocodeJob> = group
+                .iter()
+                .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
+                .collect();
+            let outs = vocode_batch(hift, &calls);
+            self.timings.vocoder_calls += 1;
+            self.timings.vocoder_chunks += group.len() as u64;
+            match outs {
+                Ok(outs) => {
+                    for (&(i, _), o) in group.iter().zip(outs) {
+                        self.streams[i].stream.supply_vocoded(o);
+                    }
+                }
+                Err(err) => {
+                    let msg = err.to_string();
+                    for &(i, _) in group {
+                        let e = &self.streams[i];
                         out.push((e.id, BatchOutput::Failed(PipelineError::FlowBatch(msg.clone()))));
                         failed.push(e.id);
                     }

@@ -26,7 +26,7 @@ use crate::draws::SeededDraws;
 use crate::options::GenerateOptions;
 use crate::progress::Progress;
 use crate::s3gen::{S3GenOptions, S3GEN_SIL, S3GEN_SR, SAMPLES_PER_TOKEN};
-use crate::stream_synth::{FlowJob, StreamChunk, StreamingSynth};
+use crate::stream_synth::{FlowJob, StreamChunk, StreamingSynth, VocodeJob};
 use crate::watermark::StreamWatermarker;
 use crate::{PipelineError, Result};
 use candle_core::Tensor;
@@ -77,6 +77,9 @@ pub(crate) enum Step {
     /// A chunk is due: it waits for its flow output ([`SpeechStream::flow_job`],
     /// [`SpeechStream::supply_flow`]).
     Flow,
+    /// A chunk's mel is made: it waits for its HiFT output ([`SpeechStream::vocode_job`],
+    /// [`SpeechStream::supply_vocoded`]).
+    Vocode,
 }
 
 /// One text chunk being spoken.
@@ -96,6 +99,8 @@ struct Sentence<'a> {
     ending: Option<Vec<f32>>,
     /// Batched: the flow output of the chunk due, handed in by the driver.
     flow_out: Option<Tensor>,
+    /// Batched: the HiFT call of the chunk being made, and its output once handed in.
+    vocode: Option<(VocodeJob, Option<(Tensor, Tensor)>)>,
 }
 
 /// A text being spoken, as an iterator of [`AudioChunk`]s (created by the models' `stream`).
@@ -282,6 +287,7 @@ impl<'a> SpeechStream<'a> {
             skipped: 0,
             ending: None,
             flow_out: None,
+            vocode: None,
         });
         Ok(events)
     }
@@ -360,6 +366,21 @@ impl<'a> SpeechStream<'a> {
         }
     }
 
+    /// The HiFT call this stream waits for (after [`Self::pump`] returned [`Step::Vocode`]).
+    pub(crate) fn vocode_job(&self) -> Option<&VocodeJob> {
+        match self.sentence.as_ref().and_then(|s| s.vocode.as_ref()) {
+            Some((job, None)) => Some(job),
+            _ => None,
+        }
+    }
+
+    /// Hands in the output (`wav`, `source`) of [`Self::vocode_job`]'s call.
+    pub(crate) fn supply_vocoded(&mut self, out: (Tensor, Tensor)) {
+        if let Some((_, slot)) = self.sentence.as_mut().and_then(|s| s.vocode.as_mut()) {
+            *slot = Some(out);
+        }
+    }
+
     /// One T3 step of the current sentence, and the audio it completes.
     fn step(&mut self) -> Result<Step> {
         let Some(s) = self.sentence.as_mut() else {
@@ -376,9 +397,18 @@ impl<'a> SpeechStream<'a> {
             return Ok(Step::Ran);
         };
         if self.batched {
-            // the chunk due comes before the next token (as `push_tokens` runs it at once)
+            // the chunk due comes before the next token (as `push_tokens` runs it at once):
+            // its flow call, then its HiFT call, both run by the driver
             if let Some(feat) = s.flow_out.take() {
-                let chunk = s.synth.complete(&feat)?;
+                s.vocode = Some((s.synth.vocode_job(&feat)?, None));
+                return Ok(Step::Vocode);
+            }
+            if let Some((job, out)) = s.vocode.take() {
+                let Some((wav, source)) = out else {
+                    s.vocode = Some((job, None));
+                    return Ok(Step::Vocode);
+                };
+                let chunk = s.synth.vocoded(&job, &wav, &source)?;
                 match s.ending.as_mut() {
                     None => {
                         let out = self.fader.push_part(&chunk.audio);
