@@ -13,6 +13,10 @@ pub struct TrimFade {
 }
 
 impl TrimFade {
+    /// The highest rate [`TrimFade::new`] takes (the highest rate audio formats use): a rate
+    /// beyond it is a mistake, and its fade would be a needlessly large allocation.
+    pub const MAX_SAMPLE_RATE: usize = 768_000;
+
     /// The fade for `sample_rate` in Hz as a `u32`, the type the other chatterbox crates use
     /// (S3Gen: 24 000 Hz, 480 + 480 samples). Same as [`TrimFade::new`].
     pub fn from_sample_rate(sample_rate: u32, device: &Device) -> Result<Self> {
@@ -33,6 +37,15 @@ impl TrimFade {
             return Err(invalid(
                 "sample rate",
                 format!("{sample_rate} Hz is too low for a 20 ms fade"),
+            ));
+        }
+        if sample_rate > Self::MAX_SAMPLE_RATE {
+            return Err(invalid(
+                "sample rate",
+                format!(
+                    "{sample_rate} Hz is above the {} Hz of any audio format",
+                    Self::MAX_SAMPLE_RATE
+                ),
             ));
         }
         let mut fade = vec![0f32; 2 * n];
@@ -94,6 +107,24 @@ mod tests {
         let short = tf.forward(&Tensor::ones((2, 100), candle_core::DType::F32, &dev)?)?;
         assert_eq!(short.dims(), [2, 100]);
         assert_eq!(short.sum_all()?.to_scalar::<f32>()?, 0.0);
+        Ok(())
+    }
+
+    #[test]
+    fn rates_outside_audio_are_errors() -> Result<()> {
+        let dev = Device::Cpu;
+        assert_eq!(
+            TrimFade::new(TrimFade::MAX_SAMPLE_RATE, &dev)?.len(),
+            30_720
+        );
+        for rate in [0, 99, TrimFade::MAX_SAMPLE_RATE + 1, usize::MAX] {
+            let e = TrimFade::new(rate, &dev).unwrap_err().to_string();
+            assert!(
+                e.contains("sample rate") && e.contains(&rate.to_string()),
+                "{e}"
+            );
+        }
+        assert!(TrimFade::from_sample_rate(u32::MAX, &dev).is_err());
         Ok(())
     }
 }
