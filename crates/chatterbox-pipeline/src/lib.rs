@@ -35,8 +35,7 @@ pub use s3gen::{
     S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
 pub use stream_synth::{
-    vocode_batch, FlowJob, StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder,
-    VocodeJob,
+    vocode_batch, FlowJob, StreamChunk, StreamSchedule, StreamingSynth, StreamingVocoder, VocodeJob,
 };
 pub use tts::{
     drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,

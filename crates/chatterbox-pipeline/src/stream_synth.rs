@@ -618,7 +618,12 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
 
     /// The second half of [`complete`](Self::complete): `job`'s HiFT output (`wav (1, N)`,
     /// `source (1, 1, N)`) joined to the stream, the chunk's final audio.
-    pub fn vocoded(&mut self, job: &VocodeJob, wav: &Tensor, source: &Tensor) -> Result<StreamChunk> {
+    pub fn vocoded(
+        &mut self,
+        job: &VocodeJob,
+        wav: &Tensor,
+        source: &Tensor,
+    ) -> Result<StreamChunk> {
         let Some(Vocoding { mel, hop }) = self.vocoding.take() else {
             return Err(PipelineError::InvalidInput {
                 what: "vocoder output",

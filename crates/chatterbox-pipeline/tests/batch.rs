@@ -8,8 +8,8 @@ mod fuzz_support;
 
 use chatterbox_pipeline::{
     vocode_batch, Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
-    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError,
-    S3GenOptions, SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
+    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError, S3GenOptions,
+    SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
 };
 use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
 use std::collections::HashMap;
@@ -95,8 +95,20 @@ fn check(
                 continue;
             }
             assert_eq!(
-                (a.index, a.sentence, a.sample_offset, a.is_last, a.samples.len()),
-                (b.index, b.sentence, b.sample_offset, b.is_last, b.samples.len()),
+                (
+                    a.index,
+                    a.sentence,
+                    a.sample_offset,
+                    a.is_last,
+                    a.samples.len()
+                ),
+                (
+                    b.index,
+                    b.sentence,
+                    b.sample_offset,
+                    b.is_last,
+                    b.samples.len()
+                ),
                 "job {k}: chunk {}",
                 b.index
             );
@@ -195,7 +207,10 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
         assert_eq!(batch.decoding(), 0);
         let t = batch.timings();
         if slots > 1 && flow_rows > 1 {
-            assert!(t.flow_chunks > t.flow_calls, "no flow call was shared: {t:?}");
+            assert!(
+                t.flow_chunks > t.flow_calls,
+                "no flow call was shared: {t:?}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -234,7 +249,9 @@ fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
     for (chunk, tokens) in [(0, 9), (1, 8)] {
         let mut jobs = Vec::new();
         for (i, synth) in synths.iter_mut().enumerate() {
-            let ids: Vec<u32> = (0..tokens).map(|t| (t * 97 + i * 31 + chunk * 7) as u32).collect();
+            let ids: Vec<u32> = (0..tokens)
+                .map(|t| (t * 97 + i * 31 + chunk * 7) as u32)
+                .collect();
             synth.push(&ids).unwrap();
             let flow = synth.next_flow().unwrap().unwrap();
             let feat = flow.run(s3gen.flow()).unwrap();
@@ -254,7 +271,10 @@ fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
             };
             let (ew, es) = (err(wav, &w), err(source, &src));
             println!("chunk {chunk} stream {i}: wav {ew:.2e}, source {es:.2e}");
-            assert!(ew < 1e-5 && es < 1e-5, "chunk {chunk} stream {i}: {ew:.2e} {es:.2e}");
+            assert!(
+                ew < 1e-5 && es < 1e-5,
+                "chunk {chunk} stream {i}: {ew:.2e} {es:.2e}"
+            );
         }
         for ((synth, job), (wav, source)) in synths.iter_mut().zip(&jobs).zip(together) {
             let c = synth.vocoded(job, &wav, &source).unwrap();
@@ -266,7 +286,12 @@ fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
     synths[1].end().unwrap();
     let mut jobs = Vec::new();
     for synth in synths.iter_mut() {
-        let feat = synth.next_flow().unwrap().unwrap().run(s3gen.flow()).unwrap();
+        let feat = synth
+            .next_flow()
+            .unwrap()
+            .unwrap()
+            .run(s3gen.flow())
+            .unwrap();
         jobs.push(synth.vocode_job(&feat).unwrap());
     }
     assert_ne!(jobs[0].shape(), jobs[1].shape());

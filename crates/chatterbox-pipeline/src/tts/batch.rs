@@ -13,9 +13,9 @@
 
 use super::core::TtsCore;
 use super::stream::{AudioChunk, SpeechStream, Step};
-use crate::stream_synth::{vocode_batch, VocodeJob};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
+use crate::stream_synth::{vocode_batch, VocodeJob};
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
 use std::time::{Duration, Instant};
@@ -339,7 +339,10 @@ impl<'a> SpeechBatch<'a> {
                     let msg = err.to_string();
                     for (i, _) in group {
                         let e = &self.streams[*i];
-                        out.push((e.id, BatchOutput::Failed(PipelineError::FlowBatch(msg.clone()))));
+                        out.push((
+                            e.id,
+                            BatchOutput::Failed(PipelineError::FlowBatch(msg.clone())),
+                        ));
                         failed.push(e.id);
                     }
                 }
@@ -388,7 +391,10 @@ impl<'a> SpeechBatch<'a> {
                     let msg = err.to_string();
                     for &(i, _) in group {
                         let e = &self.streams[i];
-                        out.push((e.id, BatchOutput::Failed(PipelineError::FlowBatch(msg.clone()))));
+                        out.push((
+                            e.id,
+                            BatchOutput::Failed(PipelineError::FlowBatch(msg.clone())),
+                        ));
                         failed.push(e.id);
                     }
                 }

@@ -270,7 +270,9 @@ impl CausalMaskedDiffWithXvec {
         let n = n_prompt + n_tok;
         let ids = Tensor::from_vec(ids, (b, n), &dev)?;
         let xs = self.input_embedding.forward(&ids)?;
-        let (h, _lens) = self.encoder.forward_lengths(&xs, &Lengths::full(b, n), false)?;
+        let (h, _lens) = self
+            .encoder
+            .forward_lengths(&xs, &Lengths::full(b, n), false)?;
         let h = if finalize {
             h
         } else {

@@ -157,7 +157,10 @@ impl CausalMaskedDiffWithXvec {
             Ok([r]) => Ok(r),
             Err(rows) => Err(S3GenError::InvalidInput {
                 what,
-                reason: format!("a flow row holds one request, got a batch of {}", rows.len()),
+                reason: format!(
+                    "a flow row holds one request, got a batch of {}",
+                    rows.len()
+                ),
             }),
         };
         let tokens = one(token_rows(&row.tokens, "token", cfg.vocab_size)?, "token")?;

@@ -268,12 +268,11 @@ pub fn tiny_english_device_batched(dir: PathBuf, slots: usize, flow_rows: usize)
             .with_slots(slots)
             .with_positions(256)
             .with_bucket(32);
-        let m: Box<dyn SpeechModel> =
-            Box::new(
-                chatterbox_server::PipelineModel::from(tts)
-                    .with_batching(batching)
-                    .with_flow_rows(flow_rows),
-            );
+        let m: Box<dyn SpeechModel> = Box::new(
+            chatterbox_server::PipelineModel::from(tts)
+                .with_batching(batching)
+                .with_flow_rows(flow_rows),
+        );
         Ok(vec![m])
     })
 }

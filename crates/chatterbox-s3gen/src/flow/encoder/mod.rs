@@ -109,7 +109,10 @@ impl UpsampleConformerEncoder {
         let bias = lens.key_bias(f32::NEG_INFINITY, dtype, dev)?;
         let x = if solo_padding && lens.has_padding() {
             let (b, t, _) = x.dims3()?;
-            let keep = lens.non_pad_mask(dev)?.to_dtype(dtype)?.reshape((b, t, 1))?;
+            let keep = lens
+                .non_pad_mask(dev)?
+                .to_dtype(dtype)?
+                .reshape((b, t, 1))?;
             x.broadcast_mul(&keep)?
         } else {
             x
