@@ -300,6 +300,52 @@ fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `generate_many` speaks every request through one batch and returns each one's joined
+/// stream audio in order; a bad request fails alone.
+#[test]
+fn generate_many_returns_each_requests_stream_audio() {
+    let dir = checkpoint_dir("english", "batch-many");
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    tts.prepare_conditionals_from_audio(&clip(0, 1.0, 0), 0.5)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    let jobs = english_jobs();
+    let mut bad = jobs[0].opts.clone();
+    bad.temperature = -1.0;
+    let mut requests: Vec<(&Conditionals, &str, &GenerateOptions)> =
+        jobs.iter().map(|j| (&voice, j.text, &j.opts)).collect();
+    requests.insert(1, (&voice, "Bad options.", &bad));
+    let opts = BatchOptions::default()
+        .with_slots(2)
+        .with_positions(256)
+        .with_bucket(32);
+    let got = tts.generate_many(&requests, opts).unwrap();
+    assert_eq!(got.len(), requests.len());
+    assert!(matches!(got[1], Err(PipelineError::InvalidInput { .. })));
+    for (k, (r, (_, text, o))) in got.iter().zip(&requests).enumerate() {
+        if k == 1 {
+            continue;
+        }
+        let want: Vec<f32> = tts
+            .stream(text, o)
+            .unwrap()
+            .flat_map(|c| c.unwrap().samples)
+            .collect();
+        let a = r.as_ref().unwrap();
+        assert_eq!(a.len(), want.len(), "request {k}");
+        let peak = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            worst <= FLOW_ROWS_TOL * peak,
+            "request {k}: {worst:.2e} of {peak:.2e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn turbo_streams_in_a_batch_equal_their_solo_streams() {
     let dir = checkpoint_dir("turbo", "batch-turbo");

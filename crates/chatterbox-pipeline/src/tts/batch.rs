@@ -154,6 +154,30 @@ impl<'a> SpeechBatch<'a> {
         self.decoder.options()
     }
 
+    /// Runs rounds until every stream has finished; returns each stream's audio (its chunks
+    /// joined: what [`SpeechStream`] gives on its own) or its error, in the order the streams
+    /// were added.
+    pub fn finish_all(&mut self) -> Vec<(StreamId, Result<Vec<f32>>)> {
+        let mut audio: Vec<(StreamId, Result<Vec<f32>>)> = self
+            .streams
+            .iter()
+            .map(|e| (e.id, Ok(Vec::new())))
+            .collect();
+        while !self.is_empty() {
+            for (id, o) in self.step() {
+                let Some((_, slot)) = audio.iter_mut().find(|(i, _)| *i == id) else {
+                    continue;
+                };
+                match (o, slot.as_mut()) {
+                    (BatchOutput::Chunk(c), Ok(samples)) => samples.extend(c.samples),
+                    (BatchOutput::Failed(e), _) => *slot = Err(e),
+                    _ => {}
+                }
+            }
+        }
+        audio
+    }
+
     /// Drops a stream (its client went away): its slot is free at once. Returns whether it
     /// was in the batch.
     pub fn cancel(&mut self, id: StreamId) -> bool {

@@ -149,6 +149,37 @@ macro_rules! tts_methods {
                 SpeechBatch::new(&self.core, opts)
             }
 
+            /// Speaks every `(voice, text, options)` of `requests` through one
+            /// [`batch`](Self::batch) of `opts.slots` slots (the rest wait for a free one) and
+            /// returns each request's 24 kHz audio, or its error, in order: the audio
+            /// [`Self::stream`] gives for it, joined (up to the float rounding of shared flow
+            /// calls). A bad request fails alone.
+            pub fn generate_many(
+                &self,
+                requests: &[(&Conditionals, &str, &GenerateOptions)],
+                opts: chatterbox_t3::BatchOptions,
+            ) -> Result<Vec<Result<Vec<f32>>>> {
+                let mut batch = self.batch(opts)?;
+                let ids: Vec<Result<crate::tts::StreamId>> = requests
+                    .iter()
+                    .map(|(conds, text, o)| batch.add(conds, text, o))
+                    .collect();
+                let mut done: std::collections::HashMap<_, _> =
+                    batch.finish_all().into_iter().collect();
+                Ok(ids
+                    .into_iter()
+                    .map(|id| {
+                        let id = id?;
+                        done.remove(&id).unwrap_or_else(|| {
+                            Err(crate::PipelineError::InvalidInput {
+                                what: "batch",
+                                reason: format!("stream {id} has no result"),
+                            })
+                        })
+                    })
+                    .collect())
+            }
+
             /// One generation without chunking, with T3's sampling and S3Gen's draws given
             /// (parity checks, benchmarks): tokens, mel and waveform of `text`.
             pub fn synthesize(
