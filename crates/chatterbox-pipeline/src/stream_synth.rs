@@ -373,10 +373,11 @@ pub struct StreamingSynth<'a, D: Draws> {
     vocoding: Option<Vocoding>,
 }
 
-/// A chunk between its flow and its HiFT output: its new mel frames and tokens.
+/// A chunk between its flow and its HiFT output: its new mel frames and tokens, its HiFT call.
 struct Vocoding {
     mel: Tensor,
     hop: usize,
+    job: VocodeJob,
 }
 
 /// The flow call of a chunk that is due, from [`StreamingSynth::next_flow`]: run it (alone, or
@@ -581,15 +582,16 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// Finishes the chunk due with its flow output `feat` (the mel of every token of the
     /// [`FlowJob`], `(1, 80, frames)`): keeps the frames of its new tokens and runs HiFT.
     pub fn complete(&mut self, feat: &Tensor) -> Result<StreamChunk> {
-        let job = self.vocode_job(feat)?;
-        let (wav, source) = job.run(self.s3gen.mel2wav())?;
-        self.vocoded(&job, &wav, &source)
+        let hift = self.s3gen.mel2wav();
+        let (wav, source) = self.vocode_job(feat)?.run(hift)?;
+        self.vocoded(&wav, &source)
     }
 
     /// The first half of [`complete`](Self::complete): the HiFT call of the chunk due, from
-    /// its flow output `feat` (HiFT's sine draws are taken now). Until
-    /// [`vocoded`](Self::vocoded) gets its output, no other chunk is due.
-    pub fn vocode_job(&mut self, feat: &Tensor) -> Result<VocodeJob> {
+    /// its flow output `feat` (HiFT's sine draws are taken now). It stays pending
+    /// ([`pending_vocode`](Self::pending_vocode)) until [`vocoded`](Self::vocoded) gets its
+    /// output; meanwhile no other chunk is due.
+    pub fn vocode_job(&mut self, feat: &Tensor) -> Result<&VocodeJob> {
         let Some(Due { n, finalize, hop }) = self.due() else {
             return Err(PipelineError::InvalidInput {
                 what: "flow output",
@@ -612,19 +614,19 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         }
         let mel = feat.narrow(2, start, frames - start)?;
         let job = self.vocoder.prepare(&mel, finalize, &mut self.draws)?;
-        self.vocoding = Some(Vocoding { mel, hop });
-        Ok(job)
+        Ok(&self.vocoding.insert(Vocoding { mel, hop, job }).job)
     }
 
-    /// The second half of [`complete`](Self::complete): `job`'s HiFT output (`wav (1, N)`,
-    /// `source (1, 1, N)`) joined to the stream, the chunk's final audio.
-    pub fn vocoded(
-        &mut self,
-        job: &VocodeJob,
-        wav: &Tensor,
-        source: &Tensor,
-    ) -> Result<StreamChunk> {
-        let Some(Vocoding { mel, hop }) = self.vocoding.take() else {
+    /// The HiFT call made by [`vocode_job`](Self::vocode_job) and not yet
+    /// [`vocoded`](Self::vocoded).
+    pub fn pending_vocode(&self) -> Option<&VocodeJob> {
+        self.vocoding.as_ref().map(|v| &v.job)
+    }
+
+    /// The second half of [`complete`](Self::complete): the pending HiFT call's output
+    /// (`wav (1, N)`, `source (1, 1, N)`) joined to the stream, the chunk's final audio.
+    pub fn vocoded(&mut self, wav: &Tensor, source: &Tensor) -> Result<StreamChunk> {
+        let Some(Vocoding { mel, hop, job }) = self.vocoding.take() else {
             return Err(PipelineError::InvalidInput {
                 what: "vocoder output",
                 reason: "no chunk of this stream waits for HiFT".into(),
@@ -632,7 +634,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         };
         let _span = tracing::debug_span!("stream_chunk", index = self.chunks).entered();
         let sample_offset = self.vocoder.emitted();
-        let audio = self.vocoder.finish(job, wav, source)?;
+        let audio = self.vocoder.finish(&job, wav, source)?;
         let chunk = StreamChunk {
             index: self.chunks,
             sample_offset,

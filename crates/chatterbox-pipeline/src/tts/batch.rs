@@ -335,21 +335,14 @@ impl<'a> SpeechBatch<'a> {
         }
         jobs.sort_by_key(|(_, j)| (j.n_timesteps, j.row.noise.dims().get(2).copied()));
         let flow = self.core.s3gen.flow();
-        let mut rest = jobs.as_slice();
-        while let Some((_, first)) = rest.first() {
-            let same = rest
-                .iter()
-                .take(self.flow_rows)
-                .take_while(|(_, j)| j.n_timesteps == first.n_timesteps)
-                .count();
-            let (group, tail) = rest.split_at(same);
-            rest = tail;
-            let mels = if let [(_, job)] = group {
-                job.run(flow).map(|m| vec![m])
-            } else {
-                let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
-                flow.inference_rows(&rows, first.n_timesteps)
-                    .map_err(PipelineError::from)
+        for group in calls(&jobs, self.flow_rows, |(_, j)| j.n_timesteps) {
+            let mels = match group {
+                [(_, job)] => job.run(flow).map(|m| vec![m]),
+                _ => {
+                    let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
+                    flow.inference_rows(&rows, group[0].1.n_timesteps)
+                        .map_err(PipelineError::from)
+                }
             };
             self.timings.flow_calls += 1;
             self.timings.flow_chunks += group.len() as u64;
@@ -359,17 +352,7 @@ impl<'a> SpeechBatch<'a> {
                         self.streams[*i].stream.supply_flow(mel);
                     }
                 }
-                Err(err) => {
-                    let msg = err.to_string();
-                    for (i, _) in group {
-                        let e = &self.streams[*i];
-                        out.push((
-                            e.id,
-                            BatchOutput::Failed(PipelineError::FlowBatch(msg.clone())),
-                        ));
-                        failed.push(e.id);
-                    }
-                }
+                Err(err) => self.fail_call(group.iter().map(|(i, _)| *i), &err, out, failed),
             }
         }
     }
@@ -389,20 +372,12 @@ impl<'a> SpeechBatch<'a> {
             .collect();
         jobs.sort_by_key(|&(_, shape)| shape);
         let hift = self.core.s3gen.mel2wav();
-        let mut rest = jobs.as_slice();
-        while let Some(&(_, shape)) = rest.first() {
-            let same = rest
-                .iter()
-                .take(self.flow_rows)
-                .take_while(|(_, s)| *s == shape)
-                .count();
-            let (group, tail) = rest.split_at(same);
-            rest = tail;
-            let calls: Vec<&VocodeJob> = group
+        for group in calls(&jobs, self.flow_rows, |&(_, shape)| shape) {
+            let jobs: Vec<&VocodeJob> = group
                 .iter()
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
                 .collect();
-            let outs = vocode_batch(hift, &calls);
+            let outs = vocode_batch(hift, &jobs);
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
             match outs {
@@ -411,18 +386,59 @@ impl<'a> SpeechBatch<'a> {
                         self.streams[i].stream.supply_vocoded(o);
                     }
                 }
-                Err(err) => {
-                    let msg = err.to_string();
-                    for &(i, _) in group {
-                        let e = &self.streams[i];
-                        out.push((
-                            e.id,
-                            BatchOutput::Failed(PipelineError::FlowBatch(msg.clone())),
-                        ));
-                        failed.push(e.id);
-                    }
-                }
+                Err(err) => self.fail_call(group.iter().map(|&(i, _)| i), &err, out, failed),
             }
         }
+    }
+
+    /// Every stream of a shared flow or HiFT call that failed fails with it.
+    fn fail_call(
+        &self,
+        streams: impl Iterator<Item = usize>,
+        err: &PipelineError,
+        out: &mut Vec<(StreamId, BatchOutput)>,
+        failed: &mut Vec<StreamId>,
+    ) {
+        let msg = err.to_string();
+        for i in streams {
+            let id = self.streams[i].id;
+            out.push((
+                id,
+                BatchOutput::Failed(PipelineError::FlowBatch(msg.clone())),
+            ));
+            failed.push(id);
+        }
+    }
+}
+
+/// The calls to make of `items` (sorted by `key`): runs of one key, at most `max` long each.
+fn calls<T, K: PartialEq>(items: &[T], max: usize, key: impl Fn(&T) -> K) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut rest = items;
+    while let Some(first) = rest.first() {
+        let k = key(first);
+        let n = rest
+            .iter()
+            .take(max.max(1))
+            .take_while(|t| key(t) == k)
+            .count();
+        let (call, tail) = rest.split_at(n);
+        out.push(call);
+        rest = tail;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::calls;
+
+    #[test]
+    fn calls_split_runs_of_one_key_at_the_cap() {
+        let items = [1, 1, 1, 2, 3, 3];
+        let got: Vec<&[i32]> = calls(&items, 2, |&x| x);
+        assert_eq!(got, vec![&[1, 1][..], &[1], &[2], &[3, 3]]);
+        assert_eq!(calls(&items, 0, |_| 0).len(), 6);
+        assert!(calls(&[] as &[i32], 4, |&x| x).is_empty());
     }
 }

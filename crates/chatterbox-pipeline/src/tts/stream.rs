@@ -99,8 +99,8 @@ struct Sentence<'a> {
     ending: Option<Vec<f32>>,
     /// Batched: the flow output of the chunk due, handed in by the driver.
     flow_out: Option<Tensor>,
-    /// Batched: the HiFT call of the chunk being made, and its output once handed in.
-    vocode: Option<(VocodeJob, Option<(Tensor, Tensor)>)>,
+    /// Batched: the output of the synthesiser's pending HiFT call, handed in by the driver.
+    vocode_out: Option<(Tensor, Tensor)>,
 }
 
 /// A text being spoken, as an iterator of [`AudioChunk`]s (created by the models' `stream`).
@@ -287,7 +287,7 @@ impl<'a> SpeechStream<'a> {
             skipped: 0,
             ending: None,
             flow_out: None,
-            vocode: None,
+            vocode_out: None,
         });
         Ok(events)
     }
@@ -368,16 +368,17 @@ impl<'a> SpeechStream<'a> {
 
     /// The HiFT call this stream waits for (after [`Self::pump`] returned [`Step::Vocode`]).
     pub(crate) fn vocode_job(&self) -> Option<&VocodeJob> {
-        match self.sentence.as_ref().and_then(|s| s.vocode.as_ref()) {
-            Some((job, None)) => Some(job),
-            _ => None,
+        let s = self.sentence.as_ref()?;
+        if s.vocode_out.is_some() {
+            return None;
         }
+        s.synth.pending_vocode()
     }
 
     /// Hands in the output (`wav`, `source`) of [`Self::vocode_job`]'s call.
     pub(crate) fn supply_vocoded(&mut self, out: (Tensor, Tensor)) {
-        if let Some((_, slot)) = self.sentence.as_mut().and_then(|s| s.vocode.as_mut()) {
-            *slot = Some(out);
+        if let Some(s) = self.sentence.as_mut() {
+            s.vocode_out = Some(out);
         }
     }
 
@@ -400,15 +401,14 @@ impl<'a> SpeechStream<'a> {
             // the chunk due comes before the next token (as `push_tokens` runs it at once):
             // its flow call, then its HiFT call, both run by the driver
             if let Some(feat) = s.flow_out.take() {
-                s.vocode = Some((s.synth.vocode_job(&feat)?, None));
+                s.synth.vocode_job(&feat)?;
                 return Ok(Step::Vocode);
             }
-            if let Some((job, out)) = s.vocode.take() {
-                let Some((wav, source)) = out else {
-                    s.vocode = Some((job, None));
+            if s.synth.pending_vocode().is_some() {
+                let Some((wav, source)) = s.vocode_out.take() else {
                     return Ok(Step::Vocode);
                 };
-                let chunk = s.synth.vocoded(&job, &wav, &source)?;
+                let chunk = s.synth.vocoded(&wav, &source)?;
                 match s.ending.as_mut() {
                     None => {
                         let out = self.fader.push_part(&chunk.audio);
