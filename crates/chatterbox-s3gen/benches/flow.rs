@@ -16,6 +16,11 @@
 //!   GPU);
 //! * `CHATTERBOX_BENCH_STAGES`: run only these stages (`flow`, `estimator`, `meanflow`,
 //!   comma-separated; default all);
+//! * `CHATTERBOX_BENCH_ESTIMATOR_ROWS`: further estimator calls of `BxT` rows and frames
+//!   (comma-separated, e.g. `8x1000,32x1000`: the batched server's flow calls), each also timed
+//!   for its host side alone (the call returning, before the device finishes);
+//! * `CHATTERBOX_BENCH_PROFILE=1` (CUDA): one more call of each of those shapes between
+//!   `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off`;
 //! * `CHATTERBOX_FLOW_WEIGHTS`: a safetensors file with real `flow.*` weights (an S3Gen
 //!   checkpoint) instead of random ones (`CHATTERBOX_FLOW_MEANFLOW_WEIGHTS` for meanflow).
 use candle_core::{DType, Device, Tensor};
@@ -67,6 +72,23 @@ fn model(
 fn ids(n: usize, mul: usize, dev: &Device) -> candle_core::Result<Tensor> {
     let v: Vec<u32> = (0..n).map(|i| ((i * mul + 5) % 6561) as u32).collect();
     Tensor::from_vec(v, (1, n), dev)
+}
+
+/// Runs `f` between `cuProfilerStart` and `cuProfilerStop` (CUDA builds; elsewhere just `f`).
+fn profile_one(dev: &Device, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    #[cfg(feature = "cuda")]
+    if dev.is_cuda() {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        dev.synchronize()?;
+        // SAFETY: plain driver calls on the current context; they only toggle profiling.
+        unsafe { sys::cuProfilerStart() }.result()?;
+        let r = f();
+        dev.synchronize()?;
+        unsafe { sys::cuProfilerStop() }.result()?;
+        return r;
+    }
+    let _ = dev;
+    f()
 }
 
 fn main() -> anyhow::Result<()> {
@@ -178,6 +200,53 @@ fn main() -> anyhow::Result<()> {
             format!("ConditionalDecoder, batch 2 x {t} frames{dtype_note}"),
             timing,
         );
+        let shapes = env("CHATTERBOX_BENCH_ESTIMATOR_ROWS").unwrap_or_default();
+        for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
+            let (b, t) = shape
+                .trim()
+                .split_once('x')
+                .and_then(|(b, t)| Some((b.parse::<usize>().ok()?, t.parse::<usize>().ok()?)))
+                .ok_or_else(|| anyhow::anyhow!("bad estimator shape {shape:?}: BxT"))?;
+            let x = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
+            let mu = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
+            let cond = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
+            let spks = Tensor::randn(0f32, 1.0, (b, 80), &dev)?;
+            let mask = Tensor::ones((b, 1, t), DType::F32, &dev)?;
+            let tt = Tensor::full(0.3f32, b, &dev)?;
+            sync(&est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?);
+            let timing = time_it(1, if gpu { 10 } else { 3 }, 0.0, || {
+                if let Ok(v) = est.forward(&x, &mask, &mu, &tt, &spks, &cond, None) {
+                    sync(&v);
+                }
+            });
+            push(
+                format!("estimator_b{b}x{t}"),
+                format!("ConditionalDecoder, batch {b} x {t} frames{dtype_note}"),
+                timing,
+            );
+            // the host side alone: the call returns once its kernels are queued (the device
+            // idle before each call, so the launch queue never fills)
+            let mut host = Vec::new();
+            for _ in 0..if gpu { 10 } else { 3 } {
+                dev.synchronize()?;
+                let t0 = std::time::Instant::now();
+                let v = est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?;
+                host.push(t0.elapsed().as_secs_f64() * 1e3);
+                sync(&v);
+            }
+            let timing = Timing::from_samples(&mut host);
+            if env("CHATTERBOX_BENCH_PROFILE").as_deref() == Some("1") {
+                profile_one(&dev, || {
+                    sync(&est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?);
+                    Ok(())
+                })?;
+            }
+            push(
+                format!("estimator_b{b}x{t}_host"),
+                format!("host time to queue one call, batch {b} x {t} frames{dtype_note}"),
+                timing,
+            );
+        }
     }
     drop(flow);
     keep.clear();

@@ -89,10 +89,27 @@ impl Conv1d {
 }
 
 impl Conv1d {
+    /// The bias.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn bias(&self) -> Option<&Tensor> {
+        self.linear.bias()
+    }
+
     /// The stacked shifted inputs the kernel is applied to (`x` itself for a pointwise conv).
     fn columns(&self, x: &Tensor) -> Result<Tensor> {
         if self.kernel == 1 && self.pad_left == 0 && self.pad_right == 0 {
             return Ok(x.clone());
+        }
+        #[cfg(feature = "cuda")]
+        if super::cuda_ops::applies(x) {
+            return super::cuda_ops::columns(
+                x,
+                None,
+                None,
+                self.kernel,
+                self.pad_left,
+                self.pad_right,
+            );
         }
         let xp = x.pad_with_zeros(1, self.pad_left, self.pad_right)?;
         let t_out = (xp.dim(1)? + 1).saturating_sub(self.kernel);
@@ -100,6 +117,21 @@ impl Conv1d {
             .map(|j| xp.narrow(1, j, t_out))
             .collect::<Result<Vec<_>>>()?;
         Tensor::cat(&taps, D::Minus1)
+    }
+
+    /// `conv((x + add) * mask)` without the bias, on CUDA (for the fused bias + norm after
+    /// it): `add (1 or n, 1, in)` a time embedding, `mask (n, t, 1)`; the columns come from one
+    /// kernel.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn forward_no_bias_masked_cuda(
+        &self,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        add: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let cols =
+            super::cuda_ops::columns(x, mask, add, self.kernel, self.pad_left, self.pad_right)?;
+        self.linear.forward_no_bias(&cols)
     }
 
     /// `residual + conv(x)`, fused on the CPU.
@@ -117,6 +149,11 @@ impl Module for Conv1d {
                     return Ok(y);
                 }
             }
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(b) = self.linear.bias().filter(|_| super::cuda_ops::applies(x)) {
+            let y = self.linear.forward_no_bias(&self.columns(x)?)?;
+            return super::cuda_ops::bias_add_inplace(y, b);
         }
         self.linear.forward(&self.columns(x)?)
     }

@@ -10,6 +10,10 @@ use candle_nn::{LayerNorm, VarBuilder};
 /// `x * mask`, where no mask means no padding.
 pub(crate) fn apply_mask(x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
     match mask {
+        #[cfg(feature = "cuda")]
+        Some(m) if crate::flow::cuda_ops::applies(x) => {
+            crate::flow::cuda_ops::columns(x, Some(m), None, 1, 0, 0)
+        }
         Some(m) => x.broadcast_mul(m),
         None => Ok(x.clone()),
     }
@@ -30,8 +34,28 @@ impl CausalBlock1D {
         })
     }
 
-    pub(crate) fn forward(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let h = self.conv.forward(&apply_mask(x, mask)?)?;
+    /// `block(x + add)`, `add (1 or n, 1, dim)` broadcast over time (the ResNet block's time
+    /// embedding), or `block(x)`.
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        add: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(bias) = self
+            .conv
+            .bias()
+            .filter(|_| crate::flow::cuda_ops::applies(x))
+        {
+            let h = self.conv.forward_no_bias_masked_cuda(x, mask, add)?;
+            return crate::flow::cuda_ops::block_tail(h, bias, &self.norm, mask);
+        }
+        let x = match add {
+            Some(a) => x.broadcast_add(a)?,
+            None => x.clone(),
+        };
+        let h = self.conv.forward(&apply_mask(&x, mask)?)?;
         let h = mish_inplace(self.norm.forward(&h)?)?;
         apply_mask(&h, mask)
     }
@@ -76,9 +100,8 @@ impl CausalResnetBlock1D {
         mask: Option<&Tensor>,
         time_proj: &Tensor,
     ) -> Result<Tensor> {
-        let h = self.block1.forward(x, mask)?;
-        let h = h.broadcast_add(time_proj)?;
-        let h = self.block2.forward(&h, mask)?;
+        let h = self.block1.forward(x, mask, None)?;
+        let h = self.block2.forward(&h, mask, Some(time_proj))?;
         self.res_conv.forward_residual(&apply_mask(x, mask)?, &h)
     }
 }

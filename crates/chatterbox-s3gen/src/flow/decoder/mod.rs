@@ -311,7 +311,7 @@ impl ConditionalDecoder {
             Some(conv) => conv.forward(&apply_mask(&h, mask)?)?,
             None => h,
         };
-        let h = self.final_block.forward(&h, mask)?;
+        let h = self.final_block.forward(&h, mask, None)?;
         let out = self.final_proj.forward(&apply_mask(&h, mask)?)?;
         Ok(apply_mask(&out, mask)?)
     }
