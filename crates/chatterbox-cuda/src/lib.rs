@@ -5,12 +5,16 @@
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
+mod graph;
+#[cfg(feature = "cuda")]
 mod ptx;
 #[cfg(feature = "cuda")]
 mod view;
 
 #[cfg(feature = "cuda")]
 pub use device::{compute_capability, multiprocessors, retain_freed_memory, shared_memory};
+#[cfg(feature = "cuda")]
+pub use graph::{capture, Graph};
 #[cfg(feature = "cuda")]
 pub use ptx::Ptx;
 #[cfg(feature = "cuda")]

@@ -579,3 +579,70 @@ fn full_size_half_precision_drift() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// On CUDA the solver replays its estimator calls as a captured graph: the same kernels on
+/// the same values, so the mel equals the eager calls' to the bit, for `inference` and for
+/// padded `inference_rows`, in f32 and bf16 (`CHATTERBOX_PARITY_DEVICE=cuda`).
+#[test]
+#[ignore = "needs a CUDA GPU (CHATTERBOX_PARITY_DEVICE=cuda)"]
+fn cuda_graphs_equal_eager_calls() -> anyhow::Result<()> {
+    let dev = device()?;
+    anyhow::ensure!(dev.is_cuda(), "run with CHATTERBOX_PARITY_DEVICE=cuda");
+    let fx = fixture("flow")?;
+    let voice = prompt(&fx, &dev)?;
+    let tok = input_i64(&fx, "token", &dev)?;
+    let n = tok.dim(1)?;
+    for dtype in [DType::F32, DType::BF16] {
+        let mut model = load(&fx, dtype)?;
+        let noise = Tensor::randn(
+            0f32,
+            1.0,
+            model.noise_shape(1, voice.prompt_token.dim(1)?, n, true),
+            &dev,
+        )?;
+        let short = tok.narrow(1, 0, n - 1)?;
+        let noise2 = Tensor::randn(
+            0f32,
+            1.0,
+            model.noise_shape(1, voice.prompt_token.dim(1)?, n - 1, false),
+            &dev,
+        )?;
+        let rows = [
+            FlowRow::new(tok.flatten_all()?, voice.clone(), noise.clone(), true),
+            FlowRow::new(short.flatten_all()?, voice.clone(), noise2, false),
+        ];
+        let opts = FlowOptions::default().with_n_timesteps(6);
+        let run =
+            |model: &mut CausalMaskedDiffWithXvec, graphs: bool| -> anyhow::Result<Vec<Tensor>> {
+                model.set_cuda_graphs(graphs);
+                let mut out = vec![model.inference(&tok, &voice, &noise, None, &opts)?];
+                out.extend(model.inference_rows(&rows, Some(6))?);
+                Ok(out)
+            };
+        let eager = run(&mut model, false)?;
+        assert_eq!(model.decoder().cuda_graphs_captured(), 0);
+        let graphed = run(&mut model, true)?;
+        assert_eq!(
+            model.decoder().cuda_graphs_captured(),
+            2,
+            "{dtype:?}: one graph per solve"
+        );
+        for (i, (g, e)) in graphed.iter().zip(&eager).enumerate() {
+            let d = (g - e)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(
+                d, 0.0,
+                "{dtype:?} output {i}: graph replay differs from eager calls"
+            );
+        }
+        // two steps (meanflow's count) run eagerly
+        model.inference(
+            &tok,
+            &voice,
+            &noise,
+            None,
+            &FlowOptions::default().with_n_timesteps(2),
+        )?;
+        assert_eq!(model.decoder().cuda_graphs_captured(), 2);
+    }
+    Ok(())
+}

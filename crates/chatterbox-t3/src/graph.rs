@@ -85,7 +85,7 @@ impl DecodeGraphs {
         #[cfg(feature = "cuda")]
         {
             if let Some((_, g)) = self.graphs.iter().find(|(l, _)| *l == len) {
-                return g.launch();
+                return Ok(g.launch()?);
             }
             let dev = step.device().clone();
             match cuda::capture(&dev, &mut || eager(step))? {
@@ -107,62 +107,22 @@ impl DecodeGraphs {
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda {
-    use crate::{Result, T3Error};
-    use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, DriverError};
+    use crate::Result;
 
-    /// An instantiated graph. It is used only through `&mut` of its owner, never from two
-    /// threads at once, which is what the CUDA driver requires of graph objects.
-    pub(crate) struct Graph(CudaGraph);
+    pub(crate) use chatterbox_cuda::Graph;
 
-    // SAFETY: a graph may move to another thread; it is only ever launched through its owner
-    // (no shared access), so calls on it are serialised as the CUDA driver requires.
-    unsafe impl Send for Graph {}
-
-    impl Graph {
-        pub(crate) fn launch(&self) -> Result<()> {
-            self.0.launch().map_err(driver)
-        }
-    }
-
-    fn driver(e: DriverError) -> T3Error {
-        T3Error::Candle(candle_core::Error::Msg(format!("CUDA graph: {e:?}")))
-    }
-
-    /// Runs `eager` once for real (with candle's parameter cache held, so every shape upload
-    /// the step makes is cached), then captures a second run of it into a graph without
-    /// executing it. Returns `None`, after logging why, when the capture fails (e.g. a device
-    /// created on its own stream with event tracking on); the step has run either way.
+    /// [`chatterbox_cuda::capture`], logging why when the capture fails (the step has run
+    /// either way; the caller decodes eagerly from then on).
     pub(crate) fn capture(
         dev: &candle_core::Device,
         eager: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Option<Graph>> {
-        let dev = dev.as_cuda_device()?.clone();
-        let stream = dev.cuda_stream();
-        let _cache = dev.enable_cuda_graph_htod_cache();
-        eager()?;
-        stream.synchronize().map_err(driver)?;
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        if let Err(e) = stream.begin_capture(mode) {
-            tracing::warn!("CUDA graph capture unavailable ({e:?}): T3 decodes eagerly");
-            return Ok(None);
-        }
-        // Always end the capture, even when the step failed inside it.
-        let captured = eager();
-        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        match (captured, graph) {
-            (Ok(()), Ok(Some(g))) => {
-                g.upload().map_err(driver)?;
-                Ok(Some(Graph(g)))
-            }
-            (captured, graph) => {
-                let why = match (captured, graph) {
-                    (Err(e), _) => e.to_string(),
-                    (_, Err(e)) => format!("{e:?}"),
-                    _ => "empty graph".to_string(),
-                };
+        Ok(match chatterbox_cuda::capture(dev, eager)? {
+            Ok(g) => Some(g),
+            Err(why) => {
                 tracing::warn!("CUDA graph capture failed ({why}): T3 decodes eagerly");
-                Ok(None)
+                None
             }
-        }
+        })
     }
 }

@@ -10,10 +10,12 @@
 //! The initial noise (`torch.randn_like(mu)` in the reference) is an argument. The state `x`,
 //! the guidance mix and the Euler update are f32 whatever the estimator's dtype: only the
 //! estimator call runs in half precision when its weights do. Nothing inside the step loop
-//! reads back from the device.
+//! reads back from the device; on CUDA the estimator calls replay a captured graph
+//! ([`set_cuda_graphs`](CausalConditionalCFM::set_cuda_graphs)).
 
 use super::config::{CfmConfig, TimeScheduler};
 use super::decoder::{ConditionalDecoder, EstimatorContext};
+use super::estimator_calls::EstimatorCalls;
 use super::mask::masks_from_tensor;
 use super::ops::KeyBias;
 use crate::{Result, S3GenError};
@@ -44,6 +46,9 @@ pub fn t_span(n_timesteps: usize, scheduler: TimeScheduler) -> Vec<f32> {
 pub struct CausalConditionalCFM {
     estimator: ConditionalDecoder,
     cfg: CfmConfig,
+    cuda_graphs: bool,
+    /// Graphs captured so far (shared by clones, which share the estimator).
+    captured: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The solver's masks for `B` rows: multiplier `(B, T, 1)` and attention bias `(B, 1, 1, T)`;
@@ -56,7 +61,27 @@ impl CausalConditionalCFM {
         Self {
             estimator,
             cfg: cfg.clone(),
+            cuda_graphs: true,
+            captured: Default::default(),
         }
+    }
+
+    /// On CUDA, replay each solve's estimator calls as a CUDA graph captured at its first step
+    /// (solves of at least [`MIN_GRAPH_STEPS`](super::MIN_GRAPH_STEPS) steps; the same
+    /// numbers as eager calls, without the host's per-kernel cost). Default: on. Ignored
+    /// elsewhere.
+    pub fn set_cuda_graphs(&mut self, on: bool) {
+        self.cuda_graphs = on;
+    }
+
+    /// Whether CUDA graphs are on (see [`set_cuda_graphs`](Self::set_cuda_graphs)).
+    pub fn cuda_graphs(&self) -> bool {
+        self.cuda_graphs
+    }
+
+    /// CUDA graphs captured so far, one per solve that used them (0 when running eagerly).
+    pub fn cuda_graphs_captured(&self) -> usize {
+        self.captured.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The estimator.
@@ -163,19 +188,19 @@ impl CausalConditionalCFM {
             let time = est.time_conditioning(&t_now, Some(&r))?;
             let (mask, bias) = split(masks);
             let ctx = est.context(mu, spks, cond, mask, bias)?;
+            let mut calls = EstimatorCalls::new(est, &ctx, &time, n_timesteps, self.graphs(), dev);
             for i in 0..n_timesteps {
-                let v = est.forward_btc(&x.to_dtype(dt_est)?, &ctx, &time, Some(i))?;
+                let v = calls.call(&x.to_dtype(dt_est)?, i)?;
                 x = euler(&x, &v, ts[i + 1] - ts[i])?;
             }
         } else {
             let time = est.time_conditioning(&t_now, None)?;
             let ctx = self.cfg_context(mu, spks, cond, masks)?;
             let w = self.cfg.inference_cfg_rate;
+            let mut calls = EstimatorCalls::new(est, &ctx, &time, n_timesteps, self.graphs(), dev);
             for i in 0..n_timesteps {
                 let x_in = Tensor::cat(&[&x, &x], 0)?.to_dtype(dt_est)?;
-                let v = est
-                    .forward_btc(&x_in, &ctx, &time, Some(i))?
-                    .to_dtype(DType::F32)?;
+                let v = calls.call(&x_in, i)?.to_dtype(DType::F32)?;
                 let v_cond = v.narrow(0, 0, b)?;
                 let v_uncond = v.narrow(0, b, b)?;
                 let v = (v_cond.affine(1.0 + w, 0.0)? - v_uncond.affine(w, 0.0)?)?;
@@ -183,6 +208,11 @@ impl CausalConditionalCFM {
             }
         }
         Ok(x.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// The graph switch and counter the estimator calls of a solve use.
+    fn graphs(&self) -> Option<&std::sync::atomic::AtomicUsize> {
+        self.cuda_graphs.then_some(&*self.captured)
     }
 
     /// The guidance batch: rows `0..B` conditional, rows `B..2B` with `mu`, `spks` and `cond`

@@ -169,6 +169,12 @@ impl CausalMaskedDiffWithXvec {
         &self.decoder
     }
 
+    /// On CUDA, replay the solver's estimator calls as CUDA graphs (default: on; see
+    /// [`CausalConditionalCFM::set_cuda_graphs`]).
+    pub fn set_cuda_graphs(&mut self, on: bool) {
+        self.decoder.set_cuda_graphs(on);
+    }
+
     /// Shape of the noise [`inference`](Self::inference) needs: `(batch, 80, T)` with
     /// `T = token_mel_ratio * (n_prompt + n_tokens)`, less the look-ahead frames when
     /// `finalize` is false.

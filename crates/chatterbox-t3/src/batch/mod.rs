@@ -537,7 +537,7 @@ impl<'a> BatchDecoder<'a> {
         if self.graphs_on {
             let key = (n, attend, sort);
             if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
-                return g.launch();
+                return Ok(g.launch()?);
             }
             let dev = self.model.device().clone();
             let (model, rows, buf, select) =

@@ -98,7 +98,7 @@ pub(crate) struct TimeConditioning {
 impl TimeConditioning {
     /// The rows for one call: row `i` of every block broadcast over the batch (`(1, 1, c)`), or,
     /// with `i = None`, all `n` rows as a batch (`(n, 1, c)`).
-    fn select(&self, i: Option<usize>) -> candle_core::Result<Vec<Tensor>> {
+    pub(crate) fn select(&self, i: Option<usize>) -> candle_core::Result<Vec<Tensor>> {
         self.per_resnet
             .iter()
             .map(|p| match i {
@@ -211,7 +211,7 @@ impl ConditionalDecoder {
             });
         }
         let x = x.transpose(1, 2)?.to_dtype(self.dtype)?;
-        let y = self.forward_btc(&x, &ctx, &time, None)?;
+        let y = self.forward_btc(&x, &ctx, &time.select(None)?)?;
         Ok(y.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?)
     }
 
@@ -281,17 +281,25 @@ impl ConditionalDecoder {
         Ok(TimeConditioning { per_resnet })
     }
 
-    /// One call on time-major `x (n, T, 80)` in the estimator's dtype; `step` picks the time
-    /// point of `time` shared by the whole batch, `None` means one time point per batch row.
-    /// Returns `(n, T, 80)` in the estimator's dtype.
+    /// One call on time-major `x (n, T, 80)` in the estimator's dtype; `tp` is the time
+    /// conditioning's [`select`](TimeConditioning::select)ion for this call (one time point
+    /// shared by the batch, or one per row). Returns `(n, T, 80)` in the estimator's dtype.
     pub(crate) fn forward_btc(
         &self,
         x: &Tensor,
         ctx: &EstimatorContext,
-        time: &TimeConditioning,
-        step: Option<usize>,
+        tp: &[Tensor],
     ) -> Result<Tensor> {
-        let tp = time.select(step)?;
+        if tp.len() != self.mid.len() + 2 {
+            return Err(S3GenError::InvalidInput {
+                what: "estimator time",
+                reason: format!(
+                    "{} time embeddings for {} ResNet blocks",
+                    tp.len(),
+                    self.mid.len() + 2
+                ),
+            });
+        }
         let mask = ctx.mask.as_ref();
         let h = Tensor::cat(&[x, &ctx.cond], D::Minus1)?;
         let h = self.down.forward(&h, ctx, &tp[0])?;
