@@ -295,9 +295,9 @@ impl Op {
         // 16-byte vectors when rows hold whole vectors and every operand starts aligned
         let size = T::DTYPE.size_in_bytes();
         let per = 16 / size;
-        let aligned = |l: &Layout| (l.start_offset() * size) % 16 == 0;
+        let aligned = |l: &Layout| (l.start_offset() * size).is_multiple_of(16);
         let vec = !matches!(self, Op::Mish)
-            && cols % per == 0
+            && cols.is_multiple_of(per)
             && aligned(yl)
             && res.is_none_or(|(_, l)| aligned(l));
         let name = format!(
@@ -518,7 +518,7 @@ impl Columns<'_> {
         // start (allocations themselves are 256-byte aligned).
         let size = T::DTYPE.size_in_bytes();
         let per = 16 / size;
-        let vec = c % per == 0 && (xl.start_offset() * size) % 16 == 0;
+        let vec = c.is_multiple_of(per) && (xl.start_offset() * size).is_multiple_of(16);
         let name = format!(
             "flow_columns{}_{}",
             if vec { "16" } else { "" },
