@@ -13,6 +13,7 @@ use chatterbox_pipeline::{
 };
 use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 fn clip(min_samples: usize, gain: f32, rotate: usize) -> Audio {
     let wav = pipeline_fixture("english")["in.ref_24k"]
@@ -123,6 +124,23 @@ fn check(
     }
 }
 
+/// The tiny English model from a fresh checkpoint folder `name`, and a voice prepared from
+/// each `(gain, rotation)` of the test clip (the last one left prepared on the model).
+fn english_model(
+    name: &str,
+    voices: &[(f32, usize)],
+) -> (PathBuf, ChatterboxTts, Vec<Conditionals>) {
+    let dir = checkpoint_dir("english", name);
+    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let mut prepared = Vec::new();
+    for &(gain, rot) in voices {
+        tts.prepare_conditionals_from_audio(&clip(0, gain, rot), 0.5)
+            .unwrap();
+        prepared.push(tts.conditionals().cloned().unwrap());
+    }
+    (dir, tts, prepared)
+}
+
 fn english_jobs() -> Vec<Job> {
     let opts = |seed: u64, max: usize| {
         let mut o = GenerateOptions::english()
@@ -174,14 +192,7 @@ fn english_jobs() -> Vec<Job> {
 
 #[test]
 fn english_streams_in_a_batch_equal_their_solo_streams() {
-    let dir = checkpoint_dir("english", "batch-en");
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    let mut voices = Vec::new();
-    for (gain, rot) in [(1.0, 0), (0.6, 9000)] {
-        tts.prepare_conditionals_from_audio(&clip(0, gain, rot), 0.5)
-            .unwrap();
-        voices.push(tts.conditionals().cloned().unwrap());
-    }
+    let (dir, tts, voices) = english_model("batch-en", &[(1.0, 0), (0.6, 9000)]);
     let jobs = english_jobs();
     let solo = |c: &Conditionals, j: &Job| {
         let mut t = tts.clone();
@@ -217,14 +228,7 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
 /// calls of different shapes are refused.
 #[test]
 fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
-    let dir = checkpoint_dir("english", "batch-hift");
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    let mut voices = Vec::new();
-    for (gain, rot) in [(1.0, 0), (0.6, 9000)] {
-        tts.prepare_conditionals_from_audio(&clip(0, gain, rot), 0.5)
-            .unwrap();
-        voices.push(tts.conditionals().cloned().unwrap());
-    }
+    let (dir, tts, voices) = english_model("batch-hift", &[(1.0, 0), (0.6, 9000)]);
     let s3gen = tts.s3gen();
     let hift = s3gen.mel2wav();
     let schedule = StreamSchedule::new(vec![6, 8]);
@@ -300,11 +304,8 @@ fn vocoder_calls_of_one_shape_batch_like_their_own_calls() {
 /// stream audio in order; a bad request fails alone.
 #[test]
 fn generate_many_returns_each_requests_stream_audio() {
-    let dir = checkpoint_dir("english", "batch-many");
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&clip(0, 1.0, 0), 0.5)
-        .unwrap();
-    let voice = tts.conditionals().cloned().unwrap();
+    let (dir, tts, voices) = english_model("batch-many", &[(1.0, 0)]);
+    let voice = voices[0].clone();
     let jobs = english_jobs();
     let mut bad = jobs[0].opts.clone();
     bad.temperature = -1.0;
@@ -400,11 +401,8 @@ fn turbo_streams_in_a_batch_equal_their_solo_streams() {
 
 #[test]
 fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
-    let dir = checkpoint_dir("english", "batch-errors");
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&clip(0, 1.0, 0), 0.5)
-        .unwrap();
-    let voice = tts.conditionals().cloned().unwrap();
+    let (dir, tts, voices) = english_model("batch-errors", &[(1.0, 0)]);
+    let voice = voices[0].clone();
     let opts = BatchOptions::default()
         .with_slots(1)
         .with_positions(128)

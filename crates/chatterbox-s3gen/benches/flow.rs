@@ -16,7 +16,7 @@
 //!   GPU);
 //! * `CHATTERBOX_BENCH_STAGES`: run only these stages (`flow`, `estimator`, `meanflow`,
 //!   comma-separated; default all);
-//! * `CHATTERBOX_BENCH_ESTIMATOR_ROWS`: further estimator calls of `BxT` rows and frames
+//! * `CHATTERBOX_BENCH_ESTIMATOR_ROWS`: estimator calls of further `BxT` rows and frames
 //!   (comma-separated, e.g. `8x1000,32x1000`: the batched server's flow calls), each also timed
 //!   for its host side alone (the call returning, before the device finishes);
 //! * `CHATTERBOX_BENCH_PROFILE=1` (CUDA): one more call of each of those shapes between
@@ -179,34 +179,22 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    // one estimator call on the guidance batch (2 x 700 frames)
+    // one estimator call on the guidance batch (2 x 700 frames), then the extra shapes
     if want("estimator") {
-        let t = 2 * (N_PROMPT + 100);
-        let x = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
-        let mu = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
-        let cond = Tensor::randn(0f32, 1.0, (2, 80, t), &dev)?;
-        let spks = Tensor::randn(0f32, 1.0, (2, 80), &dev)?;
-        let mask = Tensor::ones((2, 1, t), DType::F32, &dev)?;
-        let tt = Tensor::new(&[0.3f32, 0.3], &dev)?;
         let est = flow.decoder().estimator();
-        sync(&est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?);
-        let timing = time_it(1, if gpu { 10 } else { 3 }, 0.0, || {
-            if let Ok(v) = est.forward(&x, &mask, &mu, &tt, &spks, &cond, None) {
-                sync(&v);
-            }
-        });
-        push(
-            "estimator_b2x700".into(),
-            format!("ConditionalDecoder, batch 2 x {t} frames{dtype_note}"),
-            timing,
-        );
-        let shapes = env("CHATTERBOX_BENCH_ESTIMATOR_ROWS").unwrap_or_default();
-        for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
-            let (b, t) = shape
+        let mut shapes = vec![(2, 2 * (N_PROMPT + 100))];
+        let extra = env("CHATTERBOX_BENCH_ESTIMATOR_ROWS").unwrap_or_default();
+        for shape in extra.split(',').filter(|s| !s.trim().is_empty()) {
+            let bt = shape
                 .trim()
                 .split_once('x')
                 .and_then(|(b, t)| Some((b.parse::<usize>().ok()?, t.parse::<usize>().ok()?)))
                 .ok_or_else(|| anyhow::anyhow!("bad estimator shape {shape:?}: BxT"))?;
+            if !shapes.contains(&bt) {
+                shapes.push(bt);
+            }
+        }
+        for (i, &(b, t)) in shapes.iter().enumerate() {
             let x = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
             let mu = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
             let cond = Tensor::randn(0f32, 1.0, (b, 80, t), &dev)?;
@@ -224,6 +212,9 @@ fn main() -> anyhow::Result<()> {
                 format!("ConditionalDecoder, batch {b} x {t} frames{dtype_note}"),
                 timing,
             );
+            if i == 0 {
+                continue;
+            }
             // the host side alone: the call returns once its kernels are queued (the device
             // idle before each call, so the launch queue never fills)
             let mut host = Vec::new();
