@@ -8,6 +8,7 @@
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 in bf16, with CUDA
 //! graphs and then eagerly; `CHATTERBOX_T3_BENCH_GRAPHS=0` runs eagerly only (for a profiler).
 //! `CHATTERBOX_T3_BENCH_TOKENS=N` decodes N tokens instead of 200 (to profile the prefill).
+//! `CHATTERBOX_T3_BENCH_UNFUSED=1` turns the fused CUDA decode kernels off (candle's ops).
 #[path = "../tests/common/random_weights.rs"]
 mod random_weights;
 
@@ -55,6 +56,12 @@ fn decode_tokens() -> usize {
 const TEXT_TOKENS: usize = 60;
 
 fn load(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow::Result<T3> {
+    let mut t3 = load_weights(hp, env, dtype, dev)?;
+    t3.set_fused_decode(std::env::var("CHATTERBOX_T3_BENCH_UNFUSED").as_deref() != Ok("1"));
+    Ok(t3)
+}
+
+fn load_weights(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow::Result<T3> {
     if let Some(path) = std::env::var_os(env) {
         return Ok(T3::load_with_config(hp, &[path], dtype, dev)?);
     }

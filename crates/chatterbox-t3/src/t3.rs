@@ -106,6 +106,12 @@ impl T3 {
         &self.tfmr
     }
 
+    /// Whether decode steps may run as fused CUDA kernels (see
+    /// [`Backbone::set_fused_decode`]; on by default).
+    pub fn set_fused_decode(&mut self, on: bool) {
+        self.tfmr.set_fused_decode(on);
+    }
+
     /// The conditioning encoder.
     pub fn cond_enc(&self) -> &T3CondEnc {
         &self.cond_enc

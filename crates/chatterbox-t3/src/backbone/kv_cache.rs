@@ -135,6 +135,13 @@ impl KvCache {
         self.check_room(pos + 1)?;
         self.k.scatter_set(index, k, 2)?;
         self.v.scatter_set(index, v, 2)?;
+        self.mark_step(pos)
+    }
+
+    /// Records that a step wrote position `pos` (after checking it fits): for kernels that
+    /// write the buffers themselves.
+    pub(crate) fn mark_step(&mut self, pos: usize) -> Result<()> {
+        self.check_room(pos + 1)?;
         self.len = self.len.max(pos + 1);
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! input embeddings in, final-RMSNorm hidden states out, a preallocated KV cache.
 //!
 //! Fused at load: q/k/v into one projection (with the exact power-of-two query scale folded in)
-//! and gate/up into one; numerically the same products as the separate layers.
+//! and gate/up into one; numerically the same products as the separate layers. Decode steps of
+//! one or two bf16 rows on CUDA run each layer as five kernels (`cuda_decode`).
 use super::attention::{
     attend, attend_causal, causal_mask, head_attention_weights, query_scale, split_heads, StepIndex,
 };
@@ -244,6 +245,7 @@ pub struct LlamaModel {
     norm: LlamaRMSNorm,
     rope: RotaryTables,
     cfg: LlamaConfig,
+    fused_decode: bool,
 }
 
 impl LlamaModel {
@@ -258,7 +260,15 @@ impl LlamaModel {
             norm: LlamaRMSNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("norm"))?,
             rope: RotaryTables::new(cfg, positions, vb.dtype(), vb.device())?,
             cfg: cfg.clone(),
+            fused_decode: true,
         })
+    }
+
+    /// Whether decode steps may run as the fused CUDA kernels (on by default; they apply to
+    /// bf16 steps of one or two rows on CUDA). Off, every step runs candle's ops; the two
+    /// differ only in f32 summation order.
+    pub fn set_fused_decode(&mut self, on: bool) {
+        self.fused_decode = on;
     }
 
     /// The configuration.
@@ -382,6 +392,14 @@ impl LlamaModel {
         caches: &mut [KvCache],
         mut spy: Option<Spies<'_>>,
     ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if spy.is_none() && self.fused_decode {
+            let c = &self.cfg;
+            let widths = [c.hidden_size, c.intermediate_size];
+            if super::cuda_decode::applies(embed, step, caches, &widths, c.head_dim) {
+                return self.decode_fused(embed, step, caches);
+            }
+        }
         let (cos, sin) = self.rope.at(&step.pos_dev)?;
         let (cos, sin) = match step.pos_dev.elem_count() {
             1 => (cos, sin),
@@ -408,5 +426,53 @@ impl LlamaModel {
             x = layer.mlp_residual((x + a)?)?;
         }
         self.norm.forward(&x)
+    }
+
+    /// [`LlamaModel::decode`] as five kernels a layer (see `cuda_decode`).
+    #[cfg(feature = "cuda")]
+    fn decode_fused(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor> {
+        use super::cuda_decode::{attention, gemv, Epilogue};
+        let (b, t, c) = embed.dims3()?;
+        let mut x = embed.reshape((b * t, c))?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let attn = &layer.self_attn;
+            let norm = &layer.input_layernorm;
+            let qkv = gemv(
+                &x,
+                Some((&norm.weight, norm.eps)),
+                &attn.qkv.weight()?,
+                Epilogue::Store,
+            )?;
+            let rope = (&self.rope.cos, &self.rope.sin);
+            let a = attention(
+                &qkv,
+                Some(rope),
+                step,
+                cache,
+                attn.heads,
+                attn.head_dim,
+                attn.q_scale,
+            )?;
+            x = gemv(&a, None, &attn.o_proj.weight()?, Epilogue::Residual(&x))?;
+            let norm = &layer.post_attention_layernorm;
+            let h = gemv(
+                &x,
+                Some((&norm.weight, norm.eps)),
+                &layer.mlp.gate_up.weight()?,
+                Epilogue::SiluMul,
+            )?;
+            x = gemv(
+                &h,
+                None,
+                &layer.mlp.down_proj.weight()?,
+                Epilogue::Residual(&x),
+            )?;
+        }
+        self.norm.forward(&x.reshape((b, t, c))?)
     }
 }

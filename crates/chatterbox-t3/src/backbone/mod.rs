@@ -3,6 +3,8 @@
 mod attention;
 mod cpu_attention;
 #[cfg(feature = "cuda")]
+mod cuda_decode;
+#[cfg(feature = "cuda")]
 mod cuda_gemv;
 mod exp8;
 mod gelu;
@@ -44,6 +46,15 @@ impl Backbone {
             BackboneConfig::Llama(c) => Self::Llama(LlamaModel::new(c, positions, vb)?),
             BackboneConfig::Gpt2(c) => Self::Gpt2(GPT2Model::new(c, vb)?),
         })
+    }
+
+    /// Whether decode steps may run as fused CUDA kernels where they apply (on by default;
+    /// the Llama backbone has them: bf16 steps of one or two rows). Off, steps run candle's
+    /// ops, which differ only in f32 summation order.
+    pub fn set_fused_decode(&mut self, on: bool) {
+        if let Self::Llama(m) = self {
+            m.set_fused_decode(on);
+        }
     }
 
     /// Sequence positions the backbone supports.

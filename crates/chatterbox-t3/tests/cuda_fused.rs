@@ -1,0 +1,166 @@
+//! The fused CUDA decode step of the Llama backbone (five kernels a layer) against candle's
+//! ops, at full English size (random weights, CFG batch 2): from the same caches and step
+//! inputs, the fused bf16 step stays as close to the f32 step as candle's bf16 ops do (they
+//! round at the same places and differ only in f32 summation order), with exact-length and
+//! bucketed (masked) attention.
+//! Needs a GPU and `--features cuda`:
+//! `cargo test --release -p chatterbox-t3 --features cuda --test cuda_fused`.
+#[path = "common/random_weights.rs"]
+mod random_weights;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use chatterbox_t3::{Backbone, KvCache, StepIndex, T3Config, T3};
+use std::collections::HashMap;
+
+type R<T> = anyhow::Result<T>;
+
+/// `max |a - b| / max |b|` in f32.
+fn rel(a: &Tensor, b: &Tensor) -> R<f32> {
+    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
+    let scale = b.abs()?.max_all()?.to_scalar::<f32>()?;
+    Ok((a - &b)?.abs()?.max_all()?.to_scalar::<f32>()? / scale)
+}
+
+fn bits_differ(a: &Tensor, b: &Tensor) -> R<bool> {
+    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
+    Ok(a.ne(&b)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?
+        > 0.0)
+}
+
+/// The English backbone with the same random weights (`random_weights`' recipe) in f32 and
+/// bf16.
+fn english_pair(dev: &Device) -> R<(Backbone, Backbone)> {
+    let hp = T3Config::english_only();
+    let mut f32s = HashMap::new();
+    for (k, s) in random_weights::tensor_shapes(&hp) {
+        let t = if s.len() == 1 && k.ends_with("weight") {
+            // not exactly 1, so the norm's products round
+            Tensor::randn(1f32, 0.1, s, dev)?
+        } else if s.len() == 1 {
+            Tensor::zeros(s, DType::F32, dev)?
+        } else {
+            Tensor::randn(0f32, 0.02, s, dev)?
+        };
+        f32s.insert(k, t);
+    }
+    let bf16s: HashMap<String, Tensor> = f32s
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.to_dtype(DType::BF16)?)))
+        .collect::<R<_>>()?;
+    let full = T3::new(&hp, VarBuilder::from_tensors(f32s, DType::F32, dev))?;
+    let half = T3::new(&hp, VarBuilder::from_tensors(bf16s, DType::BF16, dev))?;
+    Ok((full.backbone().clone(), half.backbone().clone()))
+}
+
+#[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
+fn fused_llama_step_tracks_candle_ops() -> R<()> {
+    let dev = Device::new_cuda(0)?;
+    let (exact, fused) = english_pair(&dev)?;
+    let mut plain = fused.clone();
+    plain.set_fused_decode(false);
+    let (batch, prefix, capacity, steps) = (2usize, 200usize, 512usize, 24usize);
+    let (_, heads, head_dim) = fused.cache_shape();
+    let c = heads * head_dim;
+    let embeds = Tensor::randn(0f32, 0.5, (batch, prefix, c), &dev)?;
+    let mut ce = exact.new_caches(batch, capacity, DType::F32, &dev)?;
+    let mut cf = fused.new_caches(batch, capacity, DType::BF16, &dev)?;
+    let mut cp = plain.new_caches(batch, capacity, DType::BF16, &dev)?;
+    exact.prefill(&embeds, &mut ce, None)?;
+    let embeds = embeds.to_dtype(DType::BF16)?;
+    fused.prefill(&embeds, &mut cf, None)?;
+    plain.prefill(&embeds, &mut cp, None)?;
+    // worst relative distance to the f32 step: [fused, candle's ops] x [output, written k/v]
+    let mut worst = [[0f32; 2]; 2];
+    let mut differ = false;
+    for i in 0..steps {
+        let pos = prefix + i;
+        let x = Tensor::randn(0f32, 0.5, (batch, 1, c), &dev)?;
+        let pos_dev = Tensor::new(&[pos as u32], &dev)?;
+        // every other step attends over the whole capacity with the tail masked (a graph's
+        // bucket), the others over exactly the written positions
+        let (attend, mask) = if i % 2 == 0 {
+            (pos + 1, None)
+        } else {
+            let m: Vec<f32> = (0..capacity)
+                .map(|j| if j <= pos { 0.0 } else { f32::NEG_INFINITY })
+                .collect();
+            (
+                capacity,
+                Some(Tensor::from_vec(m, (1, 1, 1, capacity), &dev)?),
+            )
+        };
+        let step = StepIndex::new(pos, &pos_dev, (batch, heads, head_dim), attend, mask)?;
+        let ye = exact.decode(&x, &step, &mut ce)?;
+        let x = x.to_dtype(DType::BF16)?;
+        let yf = fused.decode(&x, &step, &mut cf)?;
+        let yp = plain.decode(&x, &step, &mut cp)?;
+        assert_eq!(yf.dims(), &[batch, 1, c]);
+        differ |= bits_differ(&yf, &yp)?;
+        let written = |k: &KvCache, keys: bool| -> R<Tensor> {
+            let t = if keys {
+                k.keys_buffer()
+            } else {
+                k.values_buffer()
+            };
+            Ok(t.narrow(2, pos, 1)?)
+        };
+        for (w, (y, caches)) in worst.iter_mut().zip([(&yf, &cf), (&yp, &cp)]) {
+            w[0] = w[0].max(rel(y, &ye)?);
+            for (a, e) in caches.iter().zip(&ce) {
+                assert_eq!(a.len(), pos + 1);
+                for keys in [true, false] {
+                    w[1] = w[1].max(rel(&written(a, keys)?, &written(e, keys)?)?);
+                }
+            }
+        }
+    }
+    let [[fo, fkv], [po, pkv]] = worst;
+    eprintln!(
+        "distance to the f32 step over {steps} steps (max rel): fused output {fo:.2e}, k/v \
+         {fkv:.2e}; candle's bf16 ops output {po:.2e}, k/v {pkv:.2e}"
+    );
+    // bf16 rounding at the same places: as close to f32 as candle's ops, up to the spread
+    // of which roundings flip
+    assert!(
+        fo < 1.5 * po,
+        "fused output {fo:.2e} against candle's {po:.2e}"
+    );
+    assert!(
+        fkv < 1.5 * pkv,
+        "fused keys/values {fkv:.2e} against candle's {pkv:.2e}"
+    );
+    // ...and not identical to candle's ops: other kernels really computed the sums
+    assert!(differ, "the fused path did not run");
+    Ok(())
+}
+
+#[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
+fn fused_step_is_not_used_beyond_two_rows() -> R<()> {
+    // a batched step of more rows runs candle's ops, and equals the unfused path bit for bit
+    let dev = Device::new_cuda(0)?;
+    let t3 = random_weights::random_t3(&T3Config::english_only(), DType::BF16, &dev)?;
+    let fused: Backbone = t3.backbone().clone();
+    let mut plain = t3.backbone().clone();
+    plain.set_fused_decode(false);
+    let (batch, prefix, capacity) = (3usize, 40usize, 64usize);
+    let (_, heads, head_dim) = fused.cache_shape();
+    let c = heads * head_dim;
+    let embeds = Tensor::randn(0f32, 0.5, (batch, prefix, c), &dev)?.to_dtype(DType::BF16)?;
+    let mut cf = fused.new_caches(batch, capacity, DType::BF16, &dev)?;
+    let mut cp = plain.new_caches(batch, capacity, DType::BF16, &dev)?;
+    fused.prefill(&embeds, &mut cf, None)?;
+    plain.prefill(&embeds, &mut cp, None)?;
+    let x = Tensor::randn(0f32, 0.5, (batch, 1, c), &dev)?.to_dtype(DType::BF16)?;
+    let pos_dev = Tensor::new(&[prefix as u32], &dev)?;
+    let step = StepIndex::new(prefix, &pos_dev, (batch, heads, head_dim), prefix + 1, None)?;
+    let yf = fused.decode(&x, &step, &mut cf)?;
+    let yp = plain.decode(&x, &step, &mut cp)?;
+    assert!(!bits_differ(&yf, &yp)?);
+    Ok(())
+}
