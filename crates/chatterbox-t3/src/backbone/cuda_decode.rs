@@ -7,7 +7,8 @@
 //! cuBLAS products, casts, softmax), SiLU, products and residual adds, each a launch of a few
 //! microseconds; replayed as a graph the step took 2.4 ms for ~1 GB of weights (~0.35 ms at
 //! HBM bandwidth). Here a layer is:
-//! 1. `rms_norm(x) · Wqkvᵀ` (the norm computed per block into shared memory),
+//! 1. `rms_norm(x) · Wqkvᵀ` (the norm computed per block into shared memory; the GEMVs are
+//!    persistent, each warp loading its next weight rows while it sums the current ones),
 //! 2. RoPE of q and k, the KV-cache write at the step's device-side position, and attention
 //!    over the cache (one block per row and head; masked positions are skipped),
 //! 3. `x + attn · Woᵀ`,
@@ -52,6 +53,18 @@ __device__ __forceinline__ unsigned short to_bf(float f) {
 // `f` rounded to bf16 (what an op with a bf16 output stores).
 __device__ __forceinline__ float rbf(float f) { return bf(to_bf(f)); }
 
+// 8 bf16 weights against 8 bf16 activations, in f32.
+__device__ __forceinline__ float dot8h(uint4 w, uint4 x) {
+    float s = __uint_as_float(w.x << 16) * __uint_as_float(x.x << 16);
+    s += __uint_as_float(w.x & 0xffff0000u) * __uint_as_float(x.x & 0xffff0000u);
+    s += __uint_as_float(w.y << 16) * __uint_as_float(x.y << 16);
+    s += __uint_as_float(w.y & 0xffff0000u) * __uint_as_float(x.y & 0xffff0000u);
+    s += __uint_as_float(w.z << 16) * __uint_as_float(x.z << 16);
+    s += __uint_as_float(w.z & 0xffff0000u) * __uint_as_float(x.z & 0xffff0000u);
+    s += __uint_as_float(w.w << 16) * __uint_as_float(x.w << 16);
+    s += __uint_as_float(w.w & 0xffff0000u) * __uint_as_float(x.w & 0xffff0000u);
+    return s;
+}
 // 8 bf16 weights against 8 f32 activations.
 __device__ __forceinline__ float dot8(uint4 w, const float* x) {
     const float4 a = *reinterpret_cast<const float4*>(x);
@@ -105,15 +118,43 @@ __device__ float block_max(float v, float* scratch) {
 // mode 1: y [rows, n] = bf16(res + bf16(acc))
 // mode 2: y [rows, n / 2] = bf16(bf16(silu(bf16(acc_i))) * bf16(acc_{i + n/2}))
 // One warp per output (a gate and its up in mode 2), 16-byte weight loads, f32 sums.
-#define U 8
+#define UW 8
 #define SU 4
-extern "C" __global__ void t3_decode_gemv(const unsigned short* __restrict__ x,
+// A unit of a warp's work: round `r` of output `t`, UW 16-byte chunks per lane (UW of one
+// weight row, or UW / 2 of each of a pair).
+__device__ __forceinline__ void load_unit(uint4* buf, const uint4* w, unsigned int t,
+        unsigned int r, unsigned int k8, unsigned int outs, bool pair, unsigned int lane) {
+    unsigned int span = pair ? 32 * (UW / 2) : 32 * UW;
+    const uint4* wa = w + (unsigned long long)t * k8;
+    const uint4* wb = w + (unsigned long long)(t + outs) * k8;
+    #pragma unroll
+    for (int u = 0; u < UW; u++) {
+        unsigned int c = r * span + (pair ? lane + 32 * (u % (UW / 2)) : lane + 32 * u);
+        if (c < k8) buf[u] = __ldg((pair && u >= UW / 2 ? wb : wa) + c);
+    }
+}
+
+// Persistent: each warp takes outputs task, task + stride, ... and issues the loads of its
+// next unit before computing the current one, so every warp keeps a unit of weights in flight.
+extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
+        const unsigned short* __restrict__ x,
         const unsigned short* __restrict__ g, float eps, const unsigned short* __restrict__ w,
         const unsigned short* __restrict__ res, unsigned short* __restrict__ y,
         unsigned int rows, unsigned int n, unsigned int k, int mode) {
-    extern __shared__ float xs[];           // [rows, k]
+    extern __shared__ uint4 xs[];           // [rows, k / 8]: x (normalised) in bf16
     __shared__ float scratch[2][WARPS];
     unsigned int k8 = k / 8;
+    unsigned int lane = threadIdx.x % 32;
+    unsigned int task = blockIdx.x * WARPS + threadIdx.x / 32;
+    unsigned int stride = gridDim.x * WARPS;
+    bool pair = mode == 2;
+    unsigned int outs = pair ? n / 2 : n;
+    unsigned int span = pair ? 32 * (UW / 2) : 32 * UW;
+    unsigned int rounds = (k8 + span - 1) / span;
+    const uint4* w4 = reinterpret_cast<const uint4*>(w);
+    // the first unit is issued before x is staged: it does not depend on it
+    uint4 vv[UW];
+    if (task < outs) load_unit(vv, w4, task, 0, k8, outs, pair, lane);
     // stage x (and its norm) in one pass of 16-byte loads, all issued before any is used
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     uint4 v[SU];
@@ -167,64 +208,63 @@ extern "C" __global__ void t3_decode_gemv(const unsigned short* __restrict__ x,
                 float sc = i < k8 ? scale0 : scale1;
                 uint4 gw = __ldg(gv + (i % k8));
                 const unsigned int* gp = reinterpret_cast<const unsigned int*>(&gw);
+                unsigned int o[4];
                 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    f[2 * q] = rbf(sc * f[2 * q] * __uint_as_float(gp[q] << 16));
-                    f[2 * q + 1] = rbf(sc * f[2 * q + 1] * __uint_as_float(gp[q] & 0xffff0000u));
+                    unsigned int lo = to_bf(sc * f[2 * q] * __uint_as_float(gp[q] << 16));
+                    unsigned int hi = to_bf(sc * f[2 * q + 1] * __uint_as_float(gp[q] & 0xffff0000u));
+                    o[q] = lo | (hi << 16);
                 }
+                xs[i] = make_uint4(o[0], o[1], o[2], o[3]);
+            } else {
+                xs[i] = v[u];
             }
-            float4* o = reinterpret_cast<float4*>(xs + 8 * i);
-            o[0] = make_float4(f[0], f[1], f[2], f[3]);
-            o[1] = make_float4(f[4], f[5], f[6], f[7]);
         }
     }
     __syncthreads();
-    unsigned int lane = threadIdx.x % 32;
-    unsigned int task = blockIdx.x * WARPS + threadIdx.x / 32;
-    unsigned int outs = mode == 2 ? n / 2 : n;
     if (task >= outs) return;
-    const uint4* wa = reinterpret_cast<const uint4*>(w + (unsigned long long)task * k);
-    const uint4* wb = reinterpret_cast<const uint4*>(w + (unsigned long long)(task + outs) * k);
-    bool pair = mode == 2;
+    unsigned int r = 0;
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;  // [output a|b][row 0|1]
-    for (unsigned int c0 = 0; c0 < k8; c0 += 32 * U) {
-        uint4 va[U], vb[U];
+    while (true) {
+        unsigned int nt = task, nr = r + 1;
+        if (nr == rounds) { nr = 0; nt = task + stride; }
+        uint4 vn[UW];
+        if (nt < outs) load_unit(vn, w4, nt, nr, k8, outs, pair, lane);
         #pragma unroll
-        for (int u = 0; u < U; u++) {
-            unsigned int c = c0 + lane + 32 * u;
+        for (int u = 0; u < UW; u++) {
+            unsigned int c = r * span + (pair ? lane + 32 * (u % (UW / 2)) : lane + 32 * u);
             if (c < k8) {
-                va[u] = __ldg(wa + c);
-                if (pair) vb[u] = __ldg(wb + c);
+                bool second = pair && u >= UW / 2;
+                float s0 = dot8h(vv[u], xs[c]);
+                float s1 = rows > 1 ? dot8h(vv[u], xs[k8 + c]) : 0.0f;
+                if (second) { b0 += s0; b1 += s1; } else { a0 += s0; a1 += s1; }
             }
         }
-        #pragma unroll
-        for (int u = 0; u < U; u++) {
-            unsigned int c = c0 + lane + 32 * u;
-            if (c < k8) {
-                a0 += dot8(va[u], xs + 8 * c);
-                if (rows > 1) a1 += dot8(va[u], xs + k + 8 * c);
-                if (pair) {
-                    b0 += dot8(vb[u], xs + 8 * c);
-                    if (rows > 1) b1 += dot8(vb[u], xs + k + 8 * c);
+        if (r + 1 == rounds) {
+            a0 = warp_sum(a0); a1 = warp_sum(a1);
+            if (pair) { b0 = warp_sum(b0); b1 = warp_sum(b1); }
+            if (lane == 0) {
+                for (unsigned int q = 0; q < rows; q++) {
+                    float a = rbf(q == 0 ? a0 : a1);
+                    float out;
+                    if (mode == 1) {
+                        out = bf(res[q * n + task]) + a;
+                    } else if (mode == 2) {
+                        float u = rbf(q == 0 ? b0 : b1);
+                        out = rbf(a / (1.0f + expf(-a))) * u;
+                    } else {
+                        out = a;
+                    }
+                    y[q * outs + task] = to_bf(out);
                 }
             }
+            a0 = a1 = b0 = b1 = 0.0f;
         }
-    }
-    a0 = warp_sum(a0); a1 = warp_sum(a1);
-    if (pair) { b0 = warp_sum(b0); b1 = warp_sum(b1); }
-    if (lane != 0) return;
-    for (unsigned int r = 0; r < rows; r++) {
-        float a = rbf(r == 0 ? a0 : a1);
-        float out;
-        if (mode == 1) {
-            out = bf(res[r * n + task]) + a;
-        } else if (mode == 2) {
-            float u = rbf(r == 0 ? b0 : b1);
-            out = rbf(a / (1.0f + expf(-a))) * u;
-        } else {
-            out = a;
-        }
-        y[r * outs + task] = to_bf(out);
+        if (nt >= outs) break;
+        task = nt;
+        r = nr;
+        #pragma unroll
+        for (int u = 0; u < UW; u++) vv[u] = vn[u];
     }
 }
 
@@ -480,10 +520,14 @@ impl CustomOp2 for Gemv<'_> {
         builder.arg(&n32);
         builder.arg(&k32);
         builder.arg(&mode);
+        // as many blocks as run at once (two a multiprocessor), each warp taking an equal
+        // share of the outputs
+        let slots = WARPS * 2 * chatterbox_cuda::multiprocessors(dev)?.max(1);
+        let per_warp = outs.div_ceil(slots);
         let cfg = LaunchConfig {
-            grid_dim: (outs.div_ceil(WARPS) as u32, 1, 1),
+            grid_dim: (outs.div_ceil(WARPS * per_warp) as u32, 1, 1),
             block_dim: (32 * WARPS as u32, 1, 1),
-            shared_mem_bytes: (rows * k * 4) as u32,
+            shared_mem_bytes: (rows * k * 2) as u32,
         };
         // SAFETY: the kernel reads `rows * k` values of x, `n * k` of the weight, `k` of the
         // norm weight and `rows * n` of the residual when given (lengths checked above, rows

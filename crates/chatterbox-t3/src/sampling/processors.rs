@@ -105,6 +105,9 @@ impl TemperatureLogitsWarper {
 #[derive(Debug, Clone)]
 pub struct MinPLogitsWarper {
     min_p: Tensor,
+    /// `min_p`'s value (the CUDA filter kernel's argument).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    min_p_f32: f32,
     neg_inf: Tensor,
 }
 
@@ -120,12 +123,18 @@ impl MinPLogitsWarper {
         }
         Ok(Self {
             min_p: scalar(min_p, dev)?,
+            min_p_f32: min_p,
             neg_inf: scalar(f32::NEG_INFINITY, dev)?,
         })
     }
 
     /// Filters the scores.
     pub fn process(&self, scores: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_probs_filter::applies(scores) {
+            use super::cuda_probs_filter::{filter, Filter};
+            return Ok(filter(scores, Filter::MinP(self.min_p_f32))?);
+        }
         let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
         let top = probs.max_keepdim(D::Minus1)?;
         let thr = top.broadcast_mul(&self.min_p)?;
@@ -187,6 +196,11 @@ impl TopPLogitsWarper {
     /// (any order among equal scores gives the same result here).
     fn process_sorted(&self, scores: &Tensor, ascending: Option<&Tensor>) -> Result<Tensor> {
         let scores = scores.contiguous()?;
+        #[cfg(feature = "cuda")]
+        if self.cumsum.is_none() && super::cuda_probs_filter::applies(&scores) {
+            use super::cuda_probs_filter::{filter, Filter};
+            return Ok(filter(&scores, Filter::Zero)?);
+        }
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let Some(cumsum) = &self.cumsum else {
             // cumsum <= 0 holds exactly for the ascending run of zero probabilities; the top
