@@ -1,8 +1,8 @@
-//! The fused CUDA decode step of the Llama backbone (five kernels a layer) against candle's
-//! ops, at full English size (random weights, CFG batch 2): from the same caches and step
-//! inputs, the fused bf16 step stays as close to the f32 step as candle's bf16 ops do (they
-//! round at the same places and differ only in f32 summation order), with exact-length and
-//! bucketed (masked) attention.
+//! The fused CUDA decode step (five kernels a layer) against candle's ops, at full size with
+//! random weights: English's Llama (CFG batch 2) and Turbo's GPT-2 (batch 1). From the same
+//! caches and step inputs, the fused bf16 step stays as close to the f32 step as candle's bf16
+//! ops do (they round at the same places and differ in f32 summation order; GPT-2's GELU is
+//! rounded once instead of per operation), with exact-length and bucketed (masked) attention.
 //! Needs a GPU and `--features cuda`:
 //! `cargo test --release -p chatterbox-t3 --features cuda --test cuda_fused`.
 #[path = "common/random_weights.rs"]
@@ -31,17 +31,17 @@ fn bits_differ(a: &Tensor, b: &Tensor) -> R<bool> {
         > 0.0)
 }
 
-/// The English backbone with the same random weights (`random_weights`' recipe) in f32 and
-/// bf16.
-fn english_pair(dev: &Device) -> R<(Backbone, Backbone)> {
-    let hp = T3Config::english_only();
+/// The backbone of `hp` with the same random weights (`random_weights`' recipe, norm weights
+/// near 1) in f32 and bf16.
+fn backbone_pair(hp: &T3Config, dev: &Device) -> R<(Backbone, Backbone)> {
     let mut f32s = HashMap::new();
-    for (k, s) in random_weights::tensor_shapes(&hp) {
+    for (k, s) in random_weights::tensor_shapes(hp) {
         let t = if s.len() == 1 && k.ends_with("weight") {
             // not exactly 1, so the norm's products round
             Tensor::randn(1f32, 0.1, s, dev)?
         } else if s.len() == 1 {
-            Tensor::zeros(s, DType::F32, dev)?
+            // biases and LayerNorm shifts
+            Tensor::randn(0f32, 0.02, s, dev)?
         } else {
             Tensor::randn(0f32, 0.02, s, dev)?
         };
@@ -51,19 +51,29 @@ fn english_pair(dev: &Device) -> R<(Backbone, Backbone)> {
         .iter()
         .map(|(k, t)| Ok((k.clone(), t.to_dtype(DType::BF16)?)))
         .collect::<R<_>>()?;
-    let full = T3::new(&hp, VarBuilder::from_tensors(f32s, DType::F32, dev))?;
-    let half = T3::new(&hp, VarBuilder::from_tensors(bf16s, DType::BF16, dev))?;
+    let full = T3::new(hp, VarBuilder::from_tensors(f32s, DType::F32, dev))?;
+    let half = T3::new(hp, VarBuilder::from_tensors(bf16s, DType::BF16, dev))?;
     Ok((full.backbone().clone(), half.backbone().clone()))
 }
 
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn fused_llama_step_tracks_candle_ops() -> R<()> {
+    tracks_candle_ops(&T3Config::english_only(), 2)
+}
+
+#[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
+fn fused_gpt2_step_tracks_candle_ops() -> R<()> {
+    tracks_candle_ops(&T3Config::turbo(), 1)
+}
+
+fn tracks_candle_ops(hp: &T3Config, batch: usize) -> R<()> {
     let dev = Device::new_cuda(0)?;
-    let (exact, fused) = english_pair(&dev)?;
+    let (exact, fused) = backbone_pair(hp, &dev)?;
     let mut plain = fused.clone();
     plain.set_fused_decode(false);
-    let (batch, prefix, capacity, steps) = (2usize, 200usize, 512usize, 24usize);
+    let (prefix, capacity, steps) = (200usize, 512usize, 24usize);
     let (_, heads, head_dim) = fused.cache_shape();
     let c = heads * head_dim;
     let embeds = Tensor::randn(0f32, 0.5, (batch, prefix, c), &dev)?;
@@ -121,8 +131,9 @@ fn fused_llama_step_tracks_candle_ops() -> R<()> {
     }
     let [[fo, fkv], [po, pkv]] = worst;
     eprintln!(
-        "distance to the f32 step over {steps} steps (max rel): fused output {fo:.2e}, k/v \
-         {fkv:.2e}; candle's bf16 ops output {po:.2e}, k/v {pkv:.2e}"
+        "{}: distance to the f32 step over {steps} steps (max rel): fused output {fo:.2e}, \
+         k/v {fkv:.2e}; candle's bf16 ops output {po:.2e}, k/v {pkv:.2e}",
+        if hp.is_gpt() { "GPT-2" } else { "Llama" }
     );
     // bf16 rounding at the same places: as close to f32 as candle's ops, up to the spread
     // of which roundings flip

@@ -1,6 +1,7 @@
-//! The decode step of T3's Llama layers (transformers' `LlamaDecoderLayer`,
-//! models/llama/modeling_llama.py) as five CUDA kernels a layer, in bf16 for one or two rows
-//! (batch 1, or 2 with CFG), compiled once per process with NVRTC.
+//! The decode step of T3's transformer layers (transformers' `LlamaDecoderLayer`,
+//! models/llama/modeling_llama.py, and `GPT2Block`, models/gpt2/modeling_gpt2.py) as five CUDA
+//! kernels a layer, in bf16 for one or two rows (batch 1, or 2 with CFG), compiled once per
+//! process with NVRTC.
 //!
 //! ncu on the H100 (English, CFG, eager) counted 698 kernels per decode step: per layer the
 //! RMSNorms, the projections, head splits, RoPE, the KV scatter, candle's attention (two
@@ -15,9 +16,12 @@
 //! 4. `silu(g) * u` of `[g, u] = rms_norm(x) · Wguᵀ` (each warp computes a gate and its up),
 //! 5. `x + h · Wdownᵀ`.
 //!
-//! Every value is rounded to bf16 where candle's separate ops round it (norm output, projection
-//! outputs, RoPE products and sums, scores, probabilities, SiLU, residual sums), so the fused
-//! step differs from the unfused one only in f32 summation order.
+//! GPT-2 (Turbo) is the same with LayerNorms, biases, no RoPE and `gelu_new(x · Wfcᵀ + b)` in
+//! step 4 (computed in f32 and rounded once, where candle's bf16 GELU rounds each operation).
+//!
+//! Every other value is rounded to bf16 where candle's separate ops round it (norm output,
+//! projection outputs, RoPE products and sums, scores, probabilities, SiLU, residual sums), so
+//! the fused step differs from the unfused one only in f32 summation order.
 use super::attention::StepIndex;
 use super::kv_cache::KvCache;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -111,12 +115,14 @@ __device__ float block_max(float v, float* scratch) {
     return warp_max(t);
 }
 
-// y = x · Wᵀ for rows <= 2 of x (bf16 [rows, k], rows * k <= 8 * 4 * blockDim), W bf16
-// [n, k]; with `g`, x is first RMS-normalised as candle's rmsnorm does
-// (bf16(x * rsqrt(mean(x²) + eps) * g)).
+// y = x · Wᵀ (+ bias) for rows <= 2 of x (bf16 [rows, k], rows * k <= 8 * 4 * blockDim), W
+// bf16 [n, k]; with `g`, x is first normalised as candle's norms do: RMS
+// (bf16(x * rsqrt(mean(x²) + eps) * g)), or LayerNorm when `nb` (its bias) is given
+// (bf16((x - mean) * rsqrt(var + eps) * g + nb)). With `bias`, acc = bf16(x · w + bias).
 // mode 0: y [rows, n] = bf16(acc)
 // mode 1: y [rows, n] = bf16(res + bf16(acc))
 // mode 2: y [rows, n / 2] = bf16(bf16(silu(bf16(acc_i))) * bf16(acc_{i + n/2}))
+// mode 3: y [rows, n] = bf16(gelu_new(bf16(acc))) (GPT-2's tanh GELU, in f32)
 // One warp per output (a gate and its up in mode 2), 16-byte weight loads, f32 sums.
 #define UW 8
 #define SU 4
@@ -138,11 +144,12 @@ __device__ __forceinline__ void load_unit(uint4* buf, const uint4* w, unsigned i
 // next unit before computing the current one, so every warp keeps a unit of weights in flight.
 extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
         const unsigned short* __restrict__ x,
-        const unsigned short* __restrict__ g, float eps, const unsigned short* __restrict__ w,
+        const unsigned short* __restrict__ g, const unsigned short* __restrict__ nb, float eps,
+        const unsigned short* __restrict__ w, const unsigned short* __restrict__ bias,
         const unsigned short* __restrict__ res, unsigned short* __restrict__ y,
         unsigned int rows, unsigned int n, unsigned int k, int mode) {
     extern __shared__ uint4 xs[];           // [rows, k / 8]: x (normalised) in bf16
-    __shared__ float scratch[2][WARPS];
+    __shared__ float scratch[4][WARPS];
     unsigned int k8 = k / 8;
     unsigned int lane = threadIdx.x % 32;
     unsigned int task = blockIdx.x * WARPS + threadIdx.x / 32;
@@ -158,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
     // stage x (and its norm) in one pass of 16-byte loads, all issued before any is used
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     uint4 v[SU];
-    float ss0 = 0.0f, ss1 = 0.0f;
+    float ss0 = 0.0f, ss1 = 0.0f, sm0 = 0.0f, sm1 = 0.0f;
     #pragma unroll
     for (int u = 0; u < SU; u++) {
         unsigned int i = threadIdx.x + u * blockDim.x;
@@ -169,28 +176,37 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
         unsigned int i = threadIdx.x + u * blockDim.x;
         if (i < rows * k8) {
             const unsigned int* p = reinterpret_cast<const unsigned int*>(&v[u]);
-            float s = 0.0f;
+            float s = 0.0f, m = 0.0f;
             #pragma unroll
             for (int q = 0; q < 4; q++) {
                 float lo = __uint_as_float(p[q] << 16), hi = __uint_as_float(p[q] & 0xffff0000u);
                 s += lo * lo + hi * hi;
+                m += lo + hi;
             }
-            if (i < k8) ss0 += s; else ss1 += s;
+            if (i < k8) { ss0 += s; sm0 += m; } else { ss1 += s; sm1 += m; }
         }
     }
-    float scale0 = 1.0f, scale1 = 1.0f;
+    float scale0 = 1.0f, scale1 = 1.0f, mean0 = 0.0f, mean1 = 0.0f;
     if (g) {
-        ss0 = warp_sum(ss0);
-        ss1 = warp_sum(ss1);
+        float t[4] = {ss0, ss1, sm0, sm1};
         unsigned int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        if (lane == 0) { scratch[0][warp] = ss0; scratch[1][warp] = ss1; }
+        #pragma unroll
+        for (int q = 0; q < 4; q++) {
+            t[q] = warp_sum(t[q]);
+            if (lane == 0) scratch[q][warp] = t[q];
+        }
         __syncthreads();
-        float t0 = lane < WARPS ? scratch[0][lane] : 0.0f;
-        float t1 = lane < WARPS ? scratch[1][lane] : 0.0f;
-        t0 = warp_sum(t0);
-        t1 = warp_sum(t1);
-        scale0 = rsqrtf(t0 / (float)k + eps);
-        scale1 = rsqrtf(t1 / (float)k + eps);
+        #pragma unroll
+        for (int q = 0; q < 4; q++) t[q] = warp_sum(lane < WARPS ? scratch[q][lane] : 0.0f);
+        if (nb) {
+            mean0 = t[2] / (float)k;
+            mean1 = t[3] / (float)k;
+            scale0 = rsqrtf(t[0] / (float)k - mean0 * mean0 + eps);
+            scale1 = rsqrtf(t[1] / (float)k - mean1 * mean1 + eps);
+        } else {
+            scale0 = rsqrtf(t[0] / (float)k + eps);
+            scale1 = rsqrtf(t[1] / (float)k + eps);
+        }
     }
     const uint4* gv = reinterpret_cast<const uint4*>(g);
     #pragma unroll
@@ -209,11 +225,25 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
                 uint4 gw = __ldg(gv + (i % k8));
                 const unsigned int* gp = reinterpret_cast<const unsigned int*>(&gw);
                 unsigned int o[4];
-                #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    unsigned int lo = to_bf(sc * f[2 * q] * __uint_as_float(gp[q] << 16));
-                    unsigned int hi = to_bf(sc * f[2 * q + 1] * __uint_as_float(gp[q] & 0xffff0000u));
-                    o[q] = lo | (hi << 16);
+                if (nb) {
+                    float mu = i < k8 ? mean0 : mean1;
+                    uint4 bw = __ldg(reinterpret_cast<const uint4*>(nb) + (i % k8));
+                    const unsigned int* bp = reinterpret_cast<const unsigned int*>(&bw);
+                    #pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        unsigned int lo = to_bf((f[2 * q] - mu) * sc * __uint_as_float(gp[q] << 16)
+                            + __uint_as_float(bp[q] << 16));
+                        unsigned int hi = to_bf((f[2 * q + 1] - mu) * sc
+                            * __uint_as_float(gp[q] & 0xffff0000u) + __uint_as_float(bp[q] & 0xffff0000u));
+                        o[q] = lo | (hi << 16);
+                    }
+                } else {
+                    #pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        unsigned int lo = to_bf(sc * f[2 * q] * __uint_as_float(gp[q] << 16));
+                        unsigned int hi = to_bf(sc * f[2 * q + 1] * __uint_as_float(gp[q] & 0xffff0000u));
+                        o[q] = lo | (hi << 16);
+                    }
                 }
                 xs[i] = make_uint4(o[0], o[1], o[2], o[3]);
             } else {
@@ -244,14 +274,18 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, 2) t3_decode_gemv(
             a0 = warp_sum(a0); a1 = warp_sum(a1);
             if (pair) { b0 = warp_sum(b0); b1 = warp_sum(b1); }
             if (lane == 0) {
+                float ba = bias ? bf(bias[task]) : 0.0f;
+                float bb = bias && pair ? bf(bias[task + outs]) : 0.0f;
                 for (unsigned int q = 0; q < rows; q++) {
-                    float a = rbf(q == 0 ? a0 : a1);
+                    float a = rbf((q == 0 ? a0 : a1) + ba);
                     float out;
                     if (mode == 1) {
                         out = bf(res[q * n + task]) + a;
                     } else if (mode == 2) {
-                        float u = rbf(q == 0 ? b0 : b1);
+                        float u = rbf((q == 0 ? b0 : b1) + bb);
                         out = rbf(a / (1.0f + expf(-a))) * u;
+                    } else if (mode == 3) {
+                        out = 0.5f * a * (1.0f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)));
                     } else {
                         out = a;
                     }
@@ -400,6 +434,15 @@ pub(crate) fn available() -> bool {
     }
 }
 
+/// The norm a [`gemv`] applies to `x` first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Norm<'a> {
+    /// `RMSNorm(weight, eps)` (Llama).
+    Rms(&'a Tensor, f32),
+    /// `LayerNorm(weight, bias, eps)` (GPT-2).
+    Layer(&'a Tensor, &'a Tensor, f32),
+}
+
 /// How a [`gemv`] finishes each output.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Epilogue<'a> {
@@ -409,6 +452,8 @@ pub(crate) enum Epilogue<'a> {
     Residual(&'a Tensor),
     /// `y = silu(g) * u` for `[g, u] = x Wᵀ` (the weight's first half gives `g`).
     SiluMul,
+    /// `y = gelu_new(x Wᵀ)` (GPT-2's tanh approximation, computed in f32).
+    Gelu,
 }
 
 impl Epilogue<'_> {
@@ -417,6 +462,7 @@ impl Epilogue<'_> {
             Self::Store => 0,
             Self::Residual(_) => 1,
             Self::SiluMul => 2,
+            Self::Gelu => 3,
         }
     }
 }
@@ -441,7 +487,8 @@ fn bf16_view<'a>(
 }
 
 struct Gemv<'a> {
-    norm: Option<(&'a Tensor, f32)>,
+    norm: Option<Norm<'a>>,
+    bias: Option<&'a Tensor>,
     epilogue: Epilogue<'a>,
 }
 
@@ -483,11 +530,21 @@ impl CustomOp2 for Gemv<'_> {
         }
         let xv = contiguous_view::<half::bf16>(x, xl, "t3-decode-gemv: x")?;
         let wv = contiguous_view::<half::bf16>(w, wl, "t3-decode-gemv: weight")?;
-        let norm = self.norm.map(|(t, eps)| (t.storage_and_layout(), eps));
-        let gv = match &norm {
-            Some(((s, l), _)) => Some(bf16_view(s, l, k, "norm weight")?),
-            None => None,
+        let (g, nb, eps) = match self.norm {
+            Some(Norm::Rms(g, eps)) => (Some(g), None, eps),
+            Some(Norm::Layer(g, b, eps)) => (Some(g), Some(b), eps),
+            None => (None, None, 0.0f32),
         };
+        let guards = [g, nb, self.bias].map(|t| t.map(Tensor::storage_and_layout));
+        let views =
+            [(0, k, "norm weight"), (1, k, "norm bias"), (2, n, "bias")].map(|(i, len, what)| {
+                match &guards[i] {
+                    Some((s, l)) => bf16_view(s, l, len, what).map(Some),
+                    None => Ok(None),
+                }
+            });
+        let [gv, nbv, bv] = views;
+        let (gv, nbv, bv) = (gv?, nbv?, bv?);
         let res = match self.epilogue {
             Epilogue::Residual(r) => Some(r.storage_and_layout()),
             _ => None,
@@ -501,16 +558,21 @@ impl CustomOp2 for Gemv<'_> {
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * outs)? };
         let null = 0u64;
-        let eps = norm.as_ref().map_or(0.0f32, |n| n.1);
         let (rows32, n32, k32, mode) = (rows as u32, n as u32, k as u32, self.epilogue.mode());
         let mut builder = func.builder();
         builder.arg(&xv);
-        match &gv {
-            Some(g) => builder.arg(g),
-            None => builder.arg(&null),
-        };
+        for v in [&gv, &nbv] {
+            match v {
+                Some(v) => builder.arg(v),
+                None => builder.arg(&null),
+            };
+        }
         builder.arg(&eps);
         builder.arg(&wv);
+        match &bv {
+            Some(v) => builder.arg(v),
+            None => builder.arg(&null),
+        };
         match &rv {
             Some(r) => builder.arg(r),
             None => builder.arg(&null),
@@ -530,7 +592,7 @@ impl CustomOp2 for Gemv<'_> {
             shared_mem_bytes: (rows * k * 2) as u32,
         };
         // SAFETY: the kernel reads `rows * k` values of x, `n * k` of the weight, `k` of the
-        // norm weight and `rows * n` of the residual when given (lengths checked above, rows
+        // norm weight and bias, `n` of the bias and `rows * n` of the residual when given (lengths checked above, rows
         // 16-byte aligned as `applies` checks), and writes `rows * outs`.
         unsafe { builder.launch(cfg) }.w()?;
         Ok((
@@ -540,15 +602,23 @@ impl CustomOp2 for Gemv<'_> {
     }
 }
 
-/// `x (rows, k) · w (n, k)ᵀ` in bf16, `x` first RMS-normalised with `norm = (weight, eps)`
-/// when given, finished by `epilogue`. `rows <= MAX_ROWS`; see [`applies`].
+/// `x (rows, k) · w (n, k)ᵀ (+ bias (n))` in bf16, `x` first normalised by `norm` when given,
+/// finished by `epilogue`. `rows <= MAX_ROWS`; see [`applies`].
 pub(crate) fn gemv(
     x: &Tensor,
-    norm: Option<(&Tensor, f32)>,
+    norm: Option<Norm<'_>>,
     w: &Tensor,
+    bias: Option<&Tensor>,
     epilogue: Epilogue<'_>,
 ) -> candle_core::Result<Tensor> {
-    x.apply_op2_no_bwd(w, &Gemv { norm, epilogue })
+    x.apply_op2_no_bwd(
+        w,
+        &Gemv {
+            norm,
+            bias,
+            epilogue,
+        },
+    )
 }
 
 struct Attention<'a> {
@@ -786,13 +856,44 @@ mod tests {
             let normed = candle_nn::ops::rms_norm(&x, &g, 1e-5)?;
             let plain = normed.matmul(&w.t()?)?;
             // one bf16 rounding of the output plus summation order
-            let got = gemv(&x, Some((&g, 1e-5)), &w, Epilogue::Store)?;
+            let got = gemv(&x, Some(Norm::Rms(&g, 1e-5)), &w, None, Epilogue::Store)?;
             assert!(max_rel(&got, &plain)? < 8e-3, "{rows}x{k}x{n} store");
             let res = bf16(Tensor::randn(0f32, 1.0, (rows, n), &dev)?)?;
-            let got = gemv(&x, None, &w, Epilogue::Residual(&res))?;
+            let got = gemv(&x, None, &w, None, Epilogue::Residual(&res))?;
             let want = (&res + x.matmul(&w.t()?)?)?;
             assert!(max_rel(&got, &want)? < 8e-3, "{rows}x{k}x{n} residual");
-            let got = gemv(&x, Some((&g, 1e-5)), &w, Epilogue::SiluMul)?;
+            // GPT-2: LayerNorm, bias, residual and tanh GELU
+            let nb = bf16(Tensor::randn(0f32, 0.1, k, &dev)?)?;
+            let b = bf16(Tensor::randn(0f32, 0.5, n, &dev)?)?;
+            let ln = candle_nn::ops::layer_norm(&x, &g, &nb, 1e-5)?;
+            let lin = ln.matmul(&w.t()?)?.broadcast_add(&b)?;
+            let got = gemv(
+                &x,
+                Some(Norm::Layer(&g, &nb, 1e-5)),
+                &w,
+                Some(&b),
+                Epilogue::Store,
+            )?;
+            assert!(
+                max_rel(&got, &lin)? < 8e-3,
+                "{rows}x{k}x{n} layer norm + bias"
+            );
+            let got = gemv(&x, None, &w, Some(&b), Epilogue::Residual(&res))?;
+            let want = (&res + x.matmul(&w.t()?)?.broadcast_add(&b)?)?;
+            assert!(
+                max_rel(&got, &want)? < 8e-3,
+                "{rows}x{k}x{n} bias + residual"
+            );
+            let got = gemv(
+                &x,
+                Some(Norm::Layer(&g, &nb, 1e-5)),
+                &w,
+                Some(&b),
+                Epilogue::Gelu,
+            )?;
+            let want = lin.to_dtype(DType::F32)?.gelu()?;
+            assert!(max_rel(&got, &want)? < 8e-3, "{rows}x{k}x{n} gelu_new");
+            let got = gemv(&x, Some(Norm::Rms(&g, 1e-5)), &w, None, Epilogue::SiluMul)?;
             let gate = plain.narrow(D::Minus1, 0, n / 2)?;
             let up = plain.narrow(D::Minus1, n / 2, n / 2)?;
             let want = (candle_nn::ops::silu(&gate)? * up)?;
@@ -802,7 +903,7 @@ mod tests {
         // bad shapes are errors, not launches
         let x = bf16(Tensor::zeros((3, 64), DType::F32, &dev)?)?;
         let w = bf16(Tensor::zeros((8, 64), DType::F32, &dev)?)?;
-        assert!(gemv(&x, None, &w, Epilogue::Store).is_err());
+        assert!(gemv(&x, None, &w, None, Epilogue::Store).is_err());
         Ok(())
     }
 }

@@ -2,7 +2,8 @@
 //! it: input embeddings plus learned absolute positions (`wpe`) in, `ln_f` hidden states out.
 //!
 //! `Conv1D` weights are stored `[in, out]`; they are transposed once at load. The token table
-//! `wte` is never loaded (the reference deletes it after loading).
+//! `wte` is never loaded (the reference deletes it after loading). Decode steps of one or two
+//! bf16 rows on CUDA run each block as five kernels (`cuda_decode`).
 use super::attention::{attend, attend_causal, causal_mask, query_scale, split_heads, StepIndex};
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
@@ -180,6 +181,7 @@ pub struct GPT2Model {
     h: Vec<GPT2Block>,
     ln_f: LayerNorm,
     cfg: GPT2Config,
+    fused_decode: bool,
 }
 
 impl GPT2Model {
@@ -194,7 +196,14 @@ impl GPT2Model {
             h,
             ln_f: LayerNorm::new(cfg.n_embd, cfg.layer_norm_epsilon, vb.pp("ln_f"))?,
             cfg: cfg.clone(),
+            fused_decode: true,
         })
+    }
+
+    /// Whether decode steps may run as the fused CUDA kernels (on by default; they apply to
+    /// bf16 steps of one or two rows on CUDA). Off, every step runs candle's ops.
+    pub fn set_fused_decode(&mut self, on: bool) {
+        self.fused_decode = on;
     }
 
     /// The configuration.
@@ -251,10 +260,70 @@ impl GPT2Model {
         // `[n, 1, C]`: one row for every batch row, or one per row
         let pos_emb = pos_emb.unsqueeze(1)?;
         let mut x = embed.broadcast_add(&pos_emb)?;
+        #[cfg(feature = "cuda")]
+        if self.fused_decode {
+            let c = &self.cfg;
+            let widths = [c.n_embd, 4 * c.n_embd];
+            let head_dim = c.n_embd / c.n_head;
+            if super::cuda_decode::applies(&x, step, caches, &widths, head_dim) {
+                return self.decode_fused(&x, step, caches);
+            }
+        }
         for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
             let a = block.attn.decode(&block.ln_1.forward(&x)?, step, cache)?;
             x = block.mlp_residual((x + a)?)?;
         }
         self.ln_f.forward(&x)
+    }
+
+    /// The blocks of [`GPT2Model::decode`] as five kernels each (see `cuda_decode`), from the
+    /// position-embedded input `x`.
+    #[cfg(feature = "cuda")]
+    fn decode_fused(&self, x: &Tensor, step: &StepIndex, caches: &mut [KvCache]) -> Result<Tensor> {
+        use super::cuda_decode::{attention, gemv, Epilogue, Norm};
+        let (b, t, c) = x.dims3()?;
+        let mut x = x.reshape((b * t, c))?;
+        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
+            let (attn, ln) = (&block.attn, &block.ln_1);
+            let qkv = gemv(
+                &x,
+                Some(Norm::Layer(&ln.weight, &ln.bias, ln.eps)),
+                &attn.c_attn.weight()?,
+                attn.c_attn.bias(),
+                Epilogue::Store,
+            )?;
+            let a = attention(
+                &qkv,
+                None,
+                step,
+                cache,
+                attn.heads,
+                attn.head_dim,
+                attn.q_scale,
+            )?;
+            x = gemv(
+                &a,
+                None,
+                &attn.c_proj.weight()?,
+                attn.c_proj.bias(),
+                Epilogue::Residual(&x),
+            )?;
+            let (mlp, ln) = (&block.mlp, &block.ln_2);
+            let h = gemv(
+                &x,
+                Some(Norm::Layer(&ln.weight, &ln.bias, ln.eps)),
+                &mlp.c_fc.weight()?,
+                mlp.c_fc.bias(),
+                Epilogue::Gelu,
+            )?;
+            x = gemv(
+                &h,
+                None,
+                &mlp.c_proj.weight()?,
+                mlp.c_proj.bias(),
+                Epilogue::Residual(&x),
+            )?;
+        }
+        self.ln_f.forward(&x.reshape((b, t, c))?)
     }
 }

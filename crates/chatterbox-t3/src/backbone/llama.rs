@@ -436,7 +436,7 @@ impl LlamaModel {
         step: &StepIndex,
         caches: &mut [KvCache],
     ) -> Result<Tensor> {
-        use super::cuda_decode::{attention, gemv, Epilogue};
+        use super::cuda_decode::{attention, gemv, Epilogue, Norm};
         let (b, t, c) = embed.dims3()?;
         let mut x = embed.reshape((b * t, c))?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
@@ -444,8 +444,9 @@ impl LlamaModel {
             let norm = &layer.input_layernorm;
             let qkv = gemv(
                 &x,
-                Some((&norm.weight, norm.eps)),
+                Some(Norm::Rms(&norm.weight, norm.eps)),
                 &attn.qkv.weight()?,
+                None,
                 Epilogue::Store,
             )?;
             let rope = (&self.rope.cos, &self.rope.sin);
@@ -458,18 +459,26 @@ impl LlamaModel {
                 attn.head_dim,
                 attn.q_scale,
             )?;
-            x = gemv(&a, None, &attn.o_proj.weight()?, Epilogue::Residual(&x))?;
+            x = gemv(
+                &a,
+                None,
+                &attn.o_proj.weight()?,
+                None,
+                Epilogue::Residual(&x),
+            )?;
             let norm = &layer.post_attention_layernorm;
             let h = gemv(
                 &x,
-                Some((&norm.weight, norm.eps)),
+                Some(Norm::Rms(&norm.weight, norm.eps)),
                 &layer.mlp.gate_up.weight()?,
+                None,
                 Epilogue::SiluMul,
             )?;
             x = gemv(
                 &h,
                 None,
                 &layer.mlp.down_proj.weight()?,
+                None,
                 Epilogue::Residual(&x),
             )?;
         }

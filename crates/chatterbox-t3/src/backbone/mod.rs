@@ -48,12 +48,13 @@ impl Backbone {
         })
     }
 
-    /// Whether decode steps may run as fused CUDA kernels where they apply (on by default;
-    /// the Llama backbone has them: bf16 steps of one or two rows). Off, steps run candle's
-    /// ops, which differ only in f32 summation order.
+    /// Whether decode steps may run as fused CUDA kernels where they apply (on by default:
+    /// bf16 steps of one or two rows on CUDA). Off, steps run candle's ops, which round at the
+    /// same places (GPT-2's GELU aside: computed in f32, rounded once).
     pub fn set_fused_decode(&mut self, on: bool) {
-        if let Self::Llama(m) = self {
-            m.set_fused_decode(on);
+        match self {
+            Self::Llama(m) => m.set_fused_decode(on),
+            Self::Gpt2(m) => m.set_fused_decode(on),
         }
     }
 
