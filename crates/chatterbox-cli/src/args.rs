@@ -256,10 +256,13 @@ impl std::str::FromStr for DeviceArg {
     }
 }
 
-/// Floating-point precision of the large matrix multiplications.
+/// Floating-point precision of T3 and the flow estimator (the rest runs in f32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {
-    /// 32-bit float: exact, the default.
+    /// The device's fastest: bf16 on CUDA GPUs with native bf16 (compute capability 8.0 and
+    /// newer), f32 elsewhere.
+    Auto,
+    /// 32-bit float: exact.
     F32,
     /// 16-bit float (GPUs).
     F16,
@@ -301,9 +304,9 @@ pub struct RuntimeArgs {
     /// `cuda` or `metal` cargo feature).
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     pub device: DeviceArg,
-    /// Precision of the big matrix multiplications: f32, f16 or bf16 (half precision is for
-    /// GPUs).
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Precision of T3 and the flow estimator: auto (bf16 on CUDA GPUs of compute capability
+    /// 8.0 and newer, f32 elsewhere), f32, f16 or bf16 (half precision is for GPUs).
+    #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DtypeArg,
     /// Output file ('-' writes it to standard output; `speak --stream` writes it as the
     /// audio is generated).
@@ -493,9 +496,9 @@ pub struct ServeArgs {
     /// with its own copy of the models. [default: auto]
     #[arg(long = "device", value_name = "DEVICE")]
     pub devices: Vec<DeviceArg>,
-    /// Precision of the big matrix multiplications: f32, f16 or bf16 (half precision is for
-    /// GPUs).
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Precision of T3 and the flow estimator: auto (bf16 on CUDA GPUs of compute capability
+    /// 8.0 and newer, f32 elsewhere), f32, f16 or bf16 (half precision is for GPUs).
+    #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DtypeArg,
     /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`); /health,
     /// /ready and /metrics stay open. Without it anyone who reaches the port may use it.

@@ -66,9 +66,10 @@ pub fn describe(device: &Device) -> String {
     }
 }
 
-/// `--dtype` as a candle dtype.
-pub fn dtype(arg: DtypeArg) -> DType {
+/// `--dtype` as a candle dtype on `device` (`auto`: [`chatterbox_pipeline::fast_dtype`]).
+pub fn dtype(arg: DtypeArg, device: &Device) -> DType {
     match arg {
+        DtypeArg::Auto => chatterbox_pipeline::fast_dtype(device),
         DtypeArg::F32 => DType::F32,
         DtypeArg::F16 => DType::F16,
         DtypeArg::Bf16 => DType::BF16,
@@ -96,6 +97,17 @@ mod tests {
         assert_eq!(dtype_warning(&Device::Cpu, DType::F32), None);
         let w = dtype_warning(&Device::Cpu, DType::BF16).unwrap_or_default();
         assert!(w.contains("--dtype bf16") && w.contains("slower"), "{w}");
+    }
+
+    #[test]
+    fn auto_dtype_is_f32_on_the_cpu_and_explicit_ones_are_kept() {
+        let cpu = Device::Cpu;
+        assert_eq!(dtype(DtypeArg::Auto, &cpu), DType::F32);
+        assert_eq!(dtype(DtypeArg::F32, &cpu), DType::F32);
+        assert_eq!(dtype(DtypeArg::F16, &cpu), DType::F16);
+        assert_eq!(dtype(DtypeArg::Bf16, &cpu), DType::BF16);
+        // so the default never warns on the CPU
+        assert_eq!(dtype_warning(&cpu, dtype(DtypeArg::Auto, &cpu)), None);
     }
 
     #[test]

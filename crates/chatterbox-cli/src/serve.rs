@@ -126,7 +126,7 @@ fn plan(args: &ServeArgs, mtl: &MultilingualT3) -> Result<Vec<Planned>> {
 }
 
 /// `--device` (default auto) opened, each once.
-fn devices(args: &ServeArgs, dtype: DType) -> Result<Vec<Device>> {
+fn devices(args: &ServeArgs) -> Result<Vec<Device>> {
     let wanted = if args.devices.is_empty() {
         vec![crate::args::DeviceArg::Auto]
     } else {
@@ -142,7 +142,7 @@ fn devices(args: &ServeArgs, dtype: DType) -> Result<Vec<Device>> {
         if out.iter().any(|o| device::describe(o) == name) {
             bail!("--device {name} is given twice: one worker per device");
         }
-        if let Some(w) = device::dtype_warning(&dev, dtype) {
+        if let Some(w) = device::dtype_warning(&dev, device::dtype(args.dtype, &dev)) {
             tracing::warn!("{w}");
         }
         out.push(dev);
@@ -308,8 +308,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let planned = plan(&args, &mtl)?;
     let config = config(&args, &planned)?;
-    let dtype = device::dtype(args.dtype);
-    let devices = devices(&args, dtype)?;
+    let devices = devices(&args)?;
     let dirs: Vec<&std::path::Path> = planned
         .iter()
         .filter_map(|p| match &p.src {
@@ -326,7 +325,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let load = Load {
                 plan: planned.clone(),
                 mtl: mtl.clone(),
-                dtype,
+                dtype: device::dtype(args.dtype, &d),
                 perth: perth.clone(),
                 batching: batching(&args, &d),
             };

@@ -266,7 +266,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         Source::Hub(_) => watermark::checkpoint(&rt.watermark, &[], true)?,
     };
     let dev = device::open(rt.device)?;
-    let dtype = device::dtype(rt.dtype);
+    let dtype = device::dtype(rt.dtype, &dev);
     let progress = Progress::new(rt.quiet);
     if let Some(w) = device::dtype_warning(&dev, dtype) {
         progress.note(w);

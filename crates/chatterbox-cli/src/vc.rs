@@ -44,7 +44,7 @@ pub fn run(args: VcArgs) -> Result<()> {
     };
     let progress = Progress::new(rt.quiet);
     let dev = device::open(rt.device)?;
-    let dtype = device::dtype(rt.dtype);
+    let dtype = device::dtype(rt.dtype, &dev);
     if let Some(w) = device::dtype_warning(&dev, dtype) {
         progress.note(w);
     }

@@ -5,6 +5,7 @@ mod conditionals;
 mod config;
 mod crossfade;
 mod draws;
+mod dtype;
 mod error;
 #[cfg(feature = "hub")]
 mod hub;
@@ -27,6 +28,7 @@ pub use checkpoint::{CheckpointFiles, MultilingualT3, Variant, CONDS_FILE};
 pub use conditionals::Conditionals;
 pub use config::{ChatterboxConfig, S3GenConfig, CONFIG_FILE};
 pub use draws::{Draws, SeededDraws};
+pub use dtype::{fast_dtype, fast_dtype_for};
 pub use error::{PipelineError, Result};
 pub use memory::{device_memory, resident_memory_bytes, DeviceMemory};
 pub use options::{GenerateOptions, CROSSFADE_MS};
