@@ -41,6 +41,13 @@ mod tests {
             let err = BAD.get().expect_err("bad source compiled").to_string();
             assert!(err.contains("broken test kernel"), "{err}");
         }
+        // a failure is reported once, however often it is asked
+        let mut reports = 0;
+        for _ in 0..3 {
+            assert!(!BAD.compiled(|_| reports += 1));
+            assert!(GOOD.compiled(|_| reports += 100));
+        }
+        assert_eq!(reports, 1);
         let candle_core::Device::Cuda(dev) = candle_core::Device::new_cuda(0)? else {
             candle_core::bail!("not a CUDA device")
         };

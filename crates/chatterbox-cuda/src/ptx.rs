@@ -1,5 +1,5 @@
 //! A CUDA C source compiled to PTX with NVRTC once per process.
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 /// A kernel source and its PTX, compiled on the first [`get`](Ptx::get). Meant for a
 /// `static`: `static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "my kernels");`.
@@ -9,6 +9,7 @@ pub struct Ptx {
     arch: Option<&'static str>,
     what: &'static str,
     compiled: OnceLock<Result<String, String>>,
+    reported: Once,
 }
 
 impl Ptx {
@@ -20,6 +21,19 @@ impl Ptx {
             arch,
             what,
             compiled: OnceLock::new(),
+            reported: Once::new(),
+        }
+    }
+
+    /// Whether the source compiles (compiling it on the first call). On the first failure only,
+    /// `report` gets the error: for callers that fall back to other ops and say so once.
+    pub fn compiled(&'static self, report: impl FnOnce(&candle_core::Error)) -> bool {
+        match self.get() {
+            Ok(_) => true,
+            Err(e) => {
+                self.reported.call_once(|| report(&e));
+                false
+            }
         }
     }
 

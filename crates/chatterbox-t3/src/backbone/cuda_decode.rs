@@ -32,7 +32,8 @@ use chatterbox_cuda::{contiguous_view, Ptx};
 const MODULE: &str = "chatterbox_t3_decode";
 /// Most rows a fused step takes.
 pub(crate) const MAX_ROWS: usize = 2;
-/// Warps (tasks) per GEMV block.
+/// Warps (tasks) per GEMV block. This and the limits below mirror the kernels' `WARPS`, `SU`
+/// and key-register count in [`SOURCE`]: change them together.
 const WARPS: usize = 8;
 /// Threads per attention block.
 const ATTN_THREADS: usize = 256;
@@ -424,14 +425,7 @@ static PTX: Ptx = Ptx::new(SOURCE, None, "T3 fused decode kernels");
 /// Whether the fused kernels compiled; the first failure is logged once (the step then runs
 /// candle's ops).
 pub(crate) fn available() -> bool {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    match PTX.get() {
-        Ok(_) => true,
-        Err(e) => {
-            WARNED.call_once(|| tracing::warn!("{e}: T3 decodes with unfused ops"));
-            false
-        }
-    }
+    PTX.compiled(|e| tracing::warn!("{e}: T3 decodes with unfused ops"))
 }
 
 /// The norm a [`gemv`] applies to `x` first.
@@ -528,6 +522,11 @@ impl CustomOp2 for Gemv<'_> {
         {
             candle_core::bail!("t3-decode-gemv: ({rows}, {k}) x ({n}, {k2})ᵀ")
         }
+        // x, the weight and the norm's parameters are read as 16-byte vectors
+        let aligned = |l: &Layout| l.start_offset().is_multiple_of(8);
+        if !aligned(xl) || !aligned(wl) {
+            candle_core::bail!("t3-decode-gemv: x or the weight is not 16-byte aligned")
+        }
         let xv = contiguous_view::<half::bf16>(x, xl, "t3-decode-gemv: x")?;
         let wv = contiguous_view::<half::bf16>(w, wl, "t3-decode-gemv: weight")?;
         let (g, nb, eps) = match self.norm {
@@ -535,6 +534,9 @@ impl CustomOp2 for Gemv<'_> {
             Some(Norm::Layer(g, b, eps)) => (Some(g), Some(b), eps),
             None => (None, None, 0.0f32),
         };
+        if [g, nb].iter().flatten().any(|t| !aligned(t.layout())) {
+            candle_core::bail!("t3-decode-gemv: the norm's parameters are not 16-byte aligned")
+        }
         let guards = [g, nb, self.bias].map(|t| t.map(Tensor::storage_and_layout));
         let views =
             [(0, k, "norm weight"), (1, k, "norm bias"), (2, n, "bias")].map(|(i, len, what)| {

@@ -74,20 +74,12 @@ pub(crate) enum Filter {
 /// Whether [`filter`] takes `scores`: f32 `[rows, cols]` on CUDA, contiguous, and the kernel
 /// compiled (a failure is logged once; the caller then runs candle's ops).
 pub(crate) fn applies(scores: &Tensor) -> bool {
-    static WARNED: std::sync::Once = std::sync::Once::new();
     let shaped = scores.device().is_cuda()
         && scores.dtype() == DType::F32
         && scores.rank() == 2
         && scores.is_contiguous()
         && scores.elem_count() > 0;
-    shaped
-        && match PTX.get() {
-            Ok(_) => true,
-            Err(e) => {
-                WARNED.call_once(|| tracing::warn!("{e}: T3 filters logits with candle's ops"));
-                false
-            }
-        }
+    shaped && PTX.compiled(|e| tracing::warn!("{e}: T3 filters logits with candle's ops"))
 }
 
 struct Op(Filter);
