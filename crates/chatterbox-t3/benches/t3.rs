@@ -9,11 +9,16 @@
 //! graphs and then eagerly; `CHATTERBOX_T3_BENCH_GRAPHS=0` runs eagerly only (for a profiler).
 //! `CHATTERBOX_T3_BENCH_TOKENS=N` decodes N tokens instead of 200 (to profile the prefill).
 //! `CHATTERBOX_T3_BENCH_UNFUSED=1` turns the fused CUDA decode kernels off (candle's ops).
+//! `CHATTERBOX_T3_BENCH_BATCH=16,64` also times [`BatchDecoder`] steps with that many requests
+//! decoding together (the server's continuous batching), per step and per request token;
+//! `CHATTERBOX_T3_BENCH_SOLO=0` then skips the one-request runs (for a profiler).
 #[path = "../tests/common/random_weights.rs"]
 mod random_weights;
 
 use candle_core::{DType, Device, Tensor};
-use chatterbox_t3::{GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3};
+use chatterbox_t3::{
+    BatchDecoder, BatchOptions, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
+};
 use chatterbox_testkit::BenchRecord;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -98,6 +103,67 @@ impl Bench {
     }
 }
 
+/// Batch sizes of `CHATTERBOX_T3_BENCH_BATCH` (none by default).
+fn batch_sizes() -> Vec<usize> {
+    std::env::var("CHATTERBOX_T3_BENCH_BATCH")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect()
+}
+
+/// Times batched decode steps: `opts.slots` requests admitted by `admit` (request `i`), then
+/// `decode_tokens()` steps with every slot busy; steps that captured a CUDA graph (a new
+/// attention bucket) are left out of the median.
+fn run_batch(
+    bench: &mut Bench,
+    name: &str,
+    t3: &T3,
+    opts: BatchOptions,
+    mut admit: impl FnMut(&mut BatchDecoder<'_>, u64) -> anyhow::Result<()>,
+    dev: &Device,
+) -> anyhow::Result<()> {
+    let (n, graphs) = (opts.slots, opts.cuda_graphs);
+    let mut batch = BatchDecoder::new(t3, opts)?;
+    let t = Instant::now();
+    for i in 0..n {
+        admit(&mut batch, i as u64)?;
+    }
+    sync(dev)?;
+    let admit_ms = t.elapsed().as_secs_f64() * 1e3 / n as f64;
+    let mut steps = Vec::new();
+    for _ in 0..decode_tokens() {
+        let captured = batch.cuda_graphs_captured();
+        let t = Instant::now();
+        batch.step()?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if batch.active() != n {
+            anyhow::bail!("a request ended early ({} of {n} left)", batch.active());
+        }
+        if batch.cuda_graphs_captured() == captured {
+            steps.push(ms);
+        }
+    }
+    let mode = if graphs { "graphs" } else { "eager" };
+    let mut per_token: Vec<f64> = steps.iter().map(|s| s / n as f64).collect();
+    bench.push(
+        &format!("{name}_batch{n}_{mode}_step"),
+        format!(
+            "{n} requests, {} steps timed of {}; admission {admit_ms:.1} ms a request",
+            steps.len(),
+            decode_tokens()
+        ),
+        &mut steps,
+    );
+    bench.push(
+        &format!("{name}_batch{n}_{mode}_per_request_token"),
+        format!("{n} requests"),
+        &mut per_token,
+    );
+    Ok(())
+}
+
 /// Times `runs` generations: prefill + first token, then `decode_tokens()` decode steps.
 fn run_variant<'a>(
     bench: &mut Bench,
@@ -169,6 +235,7 @@ fn main() -> anyhow::Result<()> {
     };
     let only = std::env::var("CHATTERBOX_T3_BENCH_ONLY").unwrap_or_default();
     let graphs = dev.is_cuda() && std::env::var("CHATTERBOX_T3_BENCH_GRAPHS").as_deref() != Ok("0");
+    let solo = std::env::var("CHATTERBOX_T3_BENCH_SOLO").as_deref() != Ok("0");
 
     if only.is_empty() || only == "en" {
         let hp = T3Config::english_only();
@@ -200,23 +267,45 @@ fn main() -> anyhow::Result<()> {
         opts.sampling = Sampling::Seeded(0);
         opts.cuda_graphs = graphs;
         let prefix = cond_emb.dim(1)? + text.len() + 2;
-        run_variant(
-            &mut bench,
-            "en_cfg",
-            runs,
-            || Ok(t3.generate(&cond_emb, &text, &opts)?),
-            prefix,
-            &dev,
-        )?;
-        if graphs {
-            // the same decode without graph replay, to show what the graphs buy
-            opts.cuda_graphs = false;
+        if solo {
             run_variant(
                 &mut bench,
-                "en_cfg_eager",
+                "en_cfg",
                 runs,
                 || Ok(t3.generate(&cond_emb, &text, &opts)?),
                 prefix,
+                &dev,
+            )?;
+            if graphs {
+                // the same decode without graph replay, to show what the graphs buy
+                opts.cuda_graphs = false;
+                run_variant(
+                    &mut bench,
+                    "en_cfg_eager",
+                    runs,
+                    || Ok(t3.generate(&cond_emb, &text, &opts)?),
+                    prefix,
+                    &dev,
+                )?;
+            }
+        }
+        opts.cuda_graphs = graphs;
+        for n in batch_sizes() {
+            run_batch(
+                &mut bench,
+                "en_cfg",
+                t3,
+                BatchOptions::default()
+                    .with_slots(n)
+                    .with_positions(prefix + decode_tokens() + 8)
+                    .with_cuda_graphs(graphs),
+                |b, i| {
+                    let mut o = opts.clone();
+                    o.sampling = Sampling::Seeded(i);
+                    o.max_new_tokens += 1; // still decoding after the last timed step
+                    b.admit_generate(&cond_emb, &text, &o)?;
+                    Ok(())
+                },
                 &dev,
             )?;
         }
@@ -242,22 +331,44 @@ fn main() -> anyhow::Result<()> {
         opts.sampling = Sampling::Seeded(0);
         opts.cuda_graphs = graphs;
         let prefix = cond_emb.dim(1)? + text.len() + 1;
-        run_variant(
-            &mut bench,
-            "turbo",
-            runs,
-            || Ok(t3.generate_turbo(&cond_emb, &text, &opts)?),
-            prefix,
-            &dev,
-        )?;
-        if graphs {
-            opts.cuda_graphs = false;
+        if solo {
             run_variant(
                 &mut bench,
-                "turbo_eager",
+                "turbo",
                 runs,
                 || Ok(t3.generate_turbo(&cond_emb, &text, &opts)?),
                 prefix,
+                &dev,
+            )?;
+            if graphs {
+                opts.cuda_graphs = false;
+                run_variant(
+                    &mut bench,
+                    "turbo_eager",
+                    runs,
+                    || Ok(t3.generate_turbo(&cond_emb, &text, &opts)?),
+                    prefix,
+                    &dev,
+                )?;
+            }
+        }
+        opts.cuda_graphs = graphs;
+        for n in batch_sizes() {
+            run_batch(
+                &mut bench,
+                "turbo",
+                t3,
+                BatchOptions::default()
+                    .with_slots(n)
+                    .with_positions(prefix + decode_tokens() + 8)
+                    .with_cuda_graphs(graphs),
+                |b, i| {
+                    let mut o = opts.clone();
+                    o.sampling = Sampling::Seeded(i);
+                    o.max_gen_len += 1;
+                    b.admit_turbo(&cond_emb, &text, &o)?;
+                    Ok(())
+                },
                 &dev,
             )?;
         }

@@ -466,6 +466,9 @@ impl<'a> BatchDecoder<'a> {
             .saturating_mul(size)
             .min(self.opts.positions);
         self.run(n, attend, longest)?;
+        // While the device runs the step: every slot's next noise, slots in parallel (a slot
+        // that ends with this step discards its draw with its sampler).
+        self.prefetch_noise();
         let tokens = self
             .buf
             .token
@@ -510,6 +513,18 @@ impl<'a> BatchDecoder<'a> {
             }
         }
         Ok(events)
+    }
+
+    /// Computes each occupied slot's next Gumbel noise now ([`Sampler::prefetch`]), spread over
+    /// rayon's threads: with dozens of requests the host's `-ln(-ln u)` over every slot's
+    /// vocabulary costs milliseconds, which this overlaps with the device's step.
+    fn prefetch_noise(&mut self) {
+        use rayon::prelude::*;
+        self.slots.par_iter_mut().for_each(|slot| {
+            if let Some(s) = slot {
+                s.sampler.prefetch();
+            }
+        });
     }
 
     /// Drops a request (e.g. its client went away); its slot is free for the next one.
