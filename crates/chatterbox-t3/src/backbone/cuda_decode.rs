@@ -19,6 +19,12 @@
 //! GPT-2 (Turbo) is the same with LayerNorms, biases, no RoPE and `gelu_new(x · Wfcᵀ + b)` in
 //! step 4 (computed in f32 and rounded once, where candle's bf16 GELU rounds each operation).
 //!
+//! A batched step of more rows (the continuous-batching decoder: one or two rows a request,
+//! each at its own position under its own mask) keeps candle's norms and GEMMs, where the
+//! weights are read once for all rows anyway, and runs only kernel 2: it reads each row's
+//! valid cache positions only, where candle's attention reads the whole length bucket and
+//! writes its scores out several times (H100, 64 requests: English CFG 5.5 -> 4.0 ms a step).
+//!
 //! Every other value is rounded to bf16 where candle's separate ops round it (norm output,
 //! projection outputs, RoPE products and sums, scores, probabilities, SiLU, residual sums), so
 //! the fused step differs from the unfused one only in f32 summation order.
@@ -790,9 +796,8 @@ pub(crate) fn attention(
 }
 
 /// Whether a decode step of `x` (`[rows, 1, c]`) can run fused: CUDA, bf16, at most
-/// [`MAX_ROWS`] rows, widths that fit the kernels (multiples of 8, rows the GEMV can stage,
-/// heads of at most [`MAX_HEAD_DIM`]), caches of `rows` contiguous rows, and the kernels
-/// compiled.
+/// [`MAX_ROWS`] rows, widths that fit the kernels (multiples of 8, rows the GEMV can stage),
+/// and everything [`attention_applies`] asks.
 pub(crate) fn applies(
     x: &Tensor,
     step: &StepIndex,
@@ -803,14 +808,31 @@ pub(crate) fn applies(
     let Ok((rows, _, _)) = x.dims3() else {
         return false;
     };
-    x.device().is_cuda()
-        && x.dtype() == DType::BF16
+    (1..=MAX_ROWS).contains(&rows)
         && x.is_contiguous()
         && x.layout().start_offset().is_multiple_of(8)
-        && (1..=MAX_ROWS).contains(&rows)
         && widths
             .iter()
             .all(|&w| w.is_multiple_of(8) && w > 0 && rows * w <= STAGE_VALUES)
+        && attention_applies(x, step, caches, head_dim)
+}
+
+/// Whether the attention kernel can run a decode step of `x` (`[rows, 1, c]`, any number of
+/// rows: a batched step's projections then stay candle's GEMMs): CUDA, bf16, heads of at most
+/// [`MAX_HEAD_DIM`] (a multiple of 8), scores that fit shared memory, caches of `rows`
+/// contiguous bf16 rows, and the kernels compiled.
+pub(crate) fn attention_applies(
+    x: &Tensor,
+    step: &StepIndex,
+    caches: &[KvCache],
+    head_dim: usize,
+) -> bool {
+    let Ok((rows, _, _)) = x.dims3() else {
+        return false;
+    };
+    x.device().is_cuda()
+        && x.dtype() == DType::BF16
+        && rows > 0
         && head_dim.is_multiple_of(8)
         && head_dim > 0
         && head_dim <= MAX_HEAD_DIM

@@ -201,7 +201,8 @@ impl GPT2Model {
     }
 
     /// Whether decode steps may run as the fused CUDA kernels (on by default; they apply to
-    /// bf16 steps of one or two rows on CUDA). Off, every step runs candle's ops.
+    /// bf16 steps on CUDA: all five kernels a block for one or two rows, the attention kernel
+    /// for more). Off, every step runs candle's ops.
     pub fn set_fused_decode(&mut self, on: bool) {
         self.fused_decode = on;
     }
@@ -268,12 +269,44 @@ impl GPT2Model {
             if super::cuda_decode::applies(&x, step, caches, &widths, head_dim) {
                 return self.decode_fused(&x, step, caches);
             }
+            if super::cuda_decode::attention_applies(&x, step, caches, head_dim) {
+                return self.decode_batched(&x, step, caches);
+            }
         }
         for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
             let a = block.attn.decode(&block.ln_1.forward(&x)?, step, cache)?;
             x = block.mlp_residual((x + a)?)?;
         }
         self.ln_f.forward(&x)
+    }
+
+    /// The blocks of [`GPT2Model::decode`] for a batch (more rows than the fused GEMVs take):
+    /// candle's LayerNorms and GEMMs around the fused attention kernel (see
+    /// `LlamaModel::decode_batched`).
+    #[cfg(feature = "cuda")]
+    fn decode_batched(
+        &self,
+        x: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor> {
+        let (b, t, c) = x.dims3()?;
+        let mut x = x.reshape((b * t, c))?;
+        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
+            let attn = &block.attn;
+            let qkv = attn.c_attn.forward(&block.ln_1.forward(&x)?)?;
+            let a = super::cuda_decode::attention(
+                &qkv,
+                None,
+                step,
+                cache,
+                attn.heads,
+                attn.head_dim,
+                attn.q_scale,
+            )?;
+            x = block.mlp_residual((x + attn.c_proj.forward(&a)?)?)?;
+        }
+        self.ln_f.forward(&x.reshape((b, t, c))?)
     }
 
     /// The blocks of [`GPT2Model::decode`] as five kernels each (see `cuda_decode`), from the

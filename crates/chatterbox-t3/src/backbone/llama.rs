@@ -3,7 +3,8 @@
 //!
 //! Fused at load: q/k/v into one projection (with the exact power-of-two query scale folded in)
 //! and gate/up into one; numerically the same products as the separate layers. Decode steps of
-//! one or two bf16 rows on CUDA run each layer as five kernels (`cuda_decode`).
+//! one or two bf16 rows on CUDA run each layer as five kernels (`cuda_decode`); batched steps of
+//! more rows run its attention kernel between candle's GEMMs.
 use super::attention::{
     attend, attend_causal, causal_mask, head_attention_weights, query_scale, split_heads, StepIndex,
 };
@@ -265,7 +266,8 @@ impl LlamaModel {
     }
 
     /// Whether decode steps may run as the fused CUDA kernels (on by default; they apply to
-    /// bf16 steps of one or two rows on CUDA). Off, every step runs candle's ops; the two
+    /// bf16 steps on CUDA: all five kernels a layer for one or two rows, the attention kernel
+    /// for more). Off, every step runs candle's ops; the two
     /// differ only in f32 summation order.
     pub fn set_fused_decode(&mut self, on: bool) {
         self.fused_decode = on;
@@ -399,6 +401,9 @@ impl LlamaModel {
             if super::cuda_decode::applies(embed, step, caches, &widths, c.head_dim) {
                 return self.decode_fused(embed, step, caches);
             }
+            if super::cuda_decode::attention_applies(embed, step, caches, c.head_dim) {
+                return self.decode_batched(embed, step, caches);
+            }
         }
         let (cos, sin) = self.rope.at(&step.pos_dev)?;
         let (cos, sin) = match step.pos_dev.elem_count() {
@@ -426,6 +431,35 @@ impl LlamaModel {
             x = layer.mlp_residual((x + a)?)?;
         }
         self.norm.forward(&x)
+    }
+
+    /// [`LlamaModel::decode`] of a batch (more rows than the fused GEMVs take): candle's norms
+    /// and GEMMs around the fused attention kernel, which reads only each row's valid cache
+    /// positions (RoPE, the cache write and the attention in one launch a layer).
+    #[cfg(feature = "cuda")]
+    fn decode_batched(
+        &self,
+        embed: &Tensor,
+        step: &StepIndex,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor> {
+        let (b, t, c) = embed.dims3()?;
+        let mut x = embed.reshape((b * t, c))?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let attn = &layer.self_attn;
+            let qkv = attn.qkv.forward(&layer.input_layernorm.forward(&x)?)?;
+            let a = super::cuda_decode::attention(
+                &qkv,
+                Some((&self.rope.cos, &self.rope.sin)),
+                step,
+                cache,
+                attn.heads,
+                attn.head_dim,
+                attn.q_scale,
+            )?;
+            x = layer.mlp_residual((x + attn.o_proj.forward(&a)?)?)?;
+        }
+        self.norm.forward(&x.reshape((b, t, c))?)
     }
 
     /// [`LlamaModel::decode`] as five kernels a layer (see `cuda_decode`).
