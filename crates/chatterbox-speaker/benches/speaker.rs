@@ -4,7 +4,8 @@
 //! (`CHATTERBOX_BENCH_OUT`, else stdout). `parity/bench/speaker.py` times the reference on the
 //! same shapes. Stages ending in `_candle_ops` run the candle tensor-op path on the CPU (what
 //! CUDA and Metal run) for comparison with the crate's CPU kernels; with `--features cuda` the
-//! same stages also run on the first CUDA device.
+//! same stages also run on the first CUDA device (there `_host` runs the VoiceEncoder's
+//! recurrence with the host kernels; by default it is one CUDA kernel a layer).
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
@@ -141,11 +142,15 @@ fn main() -> anyhow::Result<()> {
                 ),
             ]
         } else {
-            vec![("", ve, cp)]
+            // the default runs the recurrence on the device; `_host` on the host's threads
+            vec![
+                ("", ve.clone(), cp.clone()),
+                ("_host", ve.with_cpu_kernels(true), cp),
+            ]
         };
         for (suffix, ve, cp) in &variants {
             // The candle-op path is much slower on the CPU: fewer iterations.
-            let (warm, iters, secs) = if suffix.is_empty() {
+            let (warm, iters, secs) = if suffix.is_empty() || !device.is_cpu() {
                 (2, 10, 2.0)
             } else {
                 (1, 3, 0.0)

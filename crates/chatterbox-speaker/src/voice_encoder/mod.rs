@@ -1,6 +1,8 @@
 //! The VoiceEncoder (chatterbox/models/voice_encoder/, upstream 5de7a54): utterance and
 //! speaker embeddings for T3's conditioning.
 mod config;
+#[cfg(feature = "cuda")]
+mod cuda_lstm;
 mod lstm;
 mod model;
 mod partials;
