@@ -69,9 +69,9 @@ impl VoiceEncoder {
         } else {
             None
         };
-        // on CUDA the device's recurrence kernel is faster than the host's threads
-        let cpu_kernels =
-            proj_cpu.is_some() && vb.dtype() == DType::F32 && !device_recurrence(vb.device());
+        // host copies exist exactly for f32 weights; on CUDA the device's recurrence kernel is
+        // faster than the host's threads
+        let cpu_kernels = proj_cpu.is_some() && !device_recurrence(vb.device());
         Ok(Self {
             cfg: cfg.clone(),
             lstm,
@@ -122,7 +122,7 @@ impl VoiceEncoder {
     /// H100), and the device on CUDA (built with the `cuda` feature), whose recurrence is one
     /// kernel a layer. Has no effect in other dtypes.
     pub fn with_cpu_kernels(mut self, enabled: bool) -> Self {
-        self.cpu_kernels = enabled && self.proj_cpu.is_some() && self.dtype == DType::F32;
+        self.cpu_kernels = enabled && self.proj_cpu.is_some();
         self
     }
 

@@ -3,7 +3,8 @@
 //!
 //! `Conv1D` weights are stored `[in, out]`; they are transposed once at load. The token table
 //! `wte` is never loaded (the reference deletes it after loading). Decode steps of one or two
-//! bf16 rows on CUDA run each block as five kernels (`cuda_decode`).
+//! bf16 rows on CUDA run each block as five kernels (`cuda_decode`); batched steps of more rows
+//! run its attention kernel between candle's GEMMs.
 use super::attention::{attend, attend_causal, causal_mask, query_scale, split_heads, StepIndex};
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};

@@ -267,8 +267,8 @@ impl LlamaModel {
 
     /// Whether decode steps may run as the fused CUDA kernels (on by default; they apply to
     /// bf16 steps on CUDA: all five kernels a layer for one or two rows, the attention kernel
-    /// for more). Off, every step runs candle's ops; the two
-    /// differ only in f32 summation order.
+    /// for more). Off, every step runs candle's ops; the two differ only in f32 summation
+    /// order.
     pub fn set_fused_decode(&mut self, on: bool) {
         self.fused_decode = on;
     }

@@ -50,8 +50,8 @@ impl Backbone {
 
     /// Whether decode steps may run as fused CUDA kernels where they apply (on by default:
     /// bf16 steps on CUDA; a batched step of more than two rows fuses only its attention).
-    /// Off, steps run candle's ops, which round at the
-    /// same places (GPT-2's GELU aside: computed in f32, rounded once).
+    /// Off, steps run candle's ops, which round at the same places (GPT-2's GELU aside:
+    /// computed in f32, rounded once).
     pub fn set_fused_decode(&mut self, on: bool) {
         match self {
             Self::Llama(m) => m.set_fused_decode(on),
