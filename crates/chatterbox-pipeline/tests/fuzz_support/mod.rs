@@ -25,9 +25,14 @@ pub fn fixture_config(case: &str) -> serde_json::Value {
     meta["config"]["chatterbox"].clone()
 }
 
+/// A fresh, empty directory for one caller. Unique per call, not only per process: the tests
+/// of one binary run in parallel, and two that asked for the same `name` (e.g. `stream.rs`'s
+/// `english()`) would otherwise rewrite or delete each other's checkpoint mid-load.
 pub fn temp_dir(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "chatterbox-pipeline-fuzz-{}-{name}",
+        "chatterbox-pipeline-fuzz-{}-{n}-{name}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
