@@ -255,6 +255,32 @@ pub struct TokenStream<'a> {
     pub(crate) alignment: Option<AlignmentRun>,
     /// The sampling parameters, as a batched decoder's rows read them.
     pub(crate) params: RowParams,
+    /// The prompt, when its prefill was left to the caller ([`Prefill::Deferred`]).
+    pub(crate) unprefilled: Option<Tensor>,
+}
+
+/// How a new [`TokenStream`]'s prompt is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prefill {
+    /// Caches for the whole generation, the prompt prefilled ([`T3::generate`]).
+    Full,
+    /// Caches of the prompt and one more position, the prompt prefilled (a batched decoder
+    /// takes the rest).
+    Only,
+    /// Not run: the prompt is kept in [`TokenStream::unprefilled`] for the caller to prefill
+    /// with other requests' ([`crate::BatchDecoder::queue_generate`]).
+    Deferred,
+}
+
+impl Prefill {
+    /// Cache positions for a prompt of `prefix_len` and `max` generated tokens.
+    fn capacity(self, prefix_len: usize, max: usize) -> usize {
+        match self {
+            Self::Full => prefix_len + max.max(1),
+            Self::Only => prefix_len + 1,
+            Self::Deferred => 1,
+        }
+    }
 }
 
 impl<'a> TokenStream<'a> {
@@ -534,17 +560,16 @@ impl T3 {
         text_tokens: &[u32],
         opts: &GenerateOptions,
     ) -> Result<TokenStream<'_>> {
-        self.start_generate(cond_emb, text_tokens, opts, false)
+        self.start_generate(cond_emb, text_tokens, opts, Prefill::Full)
     }
 
-    /// [`T3::generate`]; with `prefill_only`, the caches hold only the prompt and one more
-    /// position (enough for the first draw: a batched decoder takes the rest).
+    /// [`T3::generate`] with the prompt run as `prefill` says.
     pub(crate) fn start_generate(
         &self,
         cond_emb: &Tensor,
         text_tokens: &[u32],
         opts: &GenerateOptions,
-        prefill_only: bool,
+        prefill: Prefill,
     ) -> Result<TokenStream<'_>> {
         let hp = self.config();
         if hp.is_gpt() {
@@ -568,7 +593,7 @@ impl T3 {
             });
         }
         self.check_len(prefix_len + max.max(1))?;
-        let capacity = prefix_len + if prefill_only { 1 } else { max.max(1) };
+        let capacity = prefill.capacity(prefix_len, max);
         let mut step = DecodeStep::new(self, b, capacity, cfg.then_some(opts.cfg_weight))?;
         let vocab = hp.speech_tokens_dict_size;
         let processors = LogitsProcessorList::t3(
@@ -581,7 +606,16 @@ impl T3 {
         )?;
         step.history().push(&Tensor::new(&[[start]], dev)?)?;
         let len_cond = cond_emb.dim(1)?;
+        let mut unprefilled = None;
         let alignment = match &opts.alignment {
+            Some(_) if prefill == Prefill::Deferred => {
+                return Err(crate::error::invalid(
+                    "batched request",
+                    "the alignment-stream analyzer runs only in a request of its own \
+                     (T3::generate)"
+                        .to_string(),
+                ))
+            }
             Some(a) => Some(AlignmentRun::start(
                 self,
                 &step,
@@ -591,6 +625,10 @@ impl T3 {
                 (len_cond, len_cond + text_tokens.len()),
                 cfg.then_some(opts.cfg_weight),
             )?),
+            None if prefill == Prefill::Deferred => {
+                unprefilled = Some(embeds);
+                None
+            }
             None => {
                 step.prefill(self, &embeds)?;
                 None
@@ -624,6 +662,7 @@ impl T3 {
                 top_p_on: true,
                 top_k: vocab,
             },
+            unprefilled,
         })
         .map(|mut s| {
             if opts.cuda_graphs && s.alignment.is_none() {
@@ -652,16 +691,16 @@ impl T3 {
         text_tokens: &[u32],
         opts: &TurboOptions,
     ) -> Result<TokenStream<'_>> {
-        self.start_turbo(cond_emb, text_tokens, opts, false)
+        self.start_turbo(cond_emb, text_tokens, opts, Prefill::Full)
     }
 
-    /// [`T3::generate_turbo`]; `prefill_only` as in [`T3::start_generate`].
+    /// [`T3::generate_turbo`] with the prompt run as `prefill` says.
     pub(crate) fn start_turbo(
         &self,
         cond_emb: &Tensor,
         text_tokens: &[u32],
         opts: &TurboOptions,
-        prefill_only: bool,
+        prefill: Prefill,
     ) -> Result<TokenStream<'_>> {
         let hp = self.config();
         if !hp.is_gpt() {
@@ -674,7 +713,7 @@ impl T3 {
         let embeds = self.prepare_input_embeds(cond_emb, text_tokens, &[start], false)?;
         let prefix_len = embeds.dim(1)?;
         self.check_len(prefix_len + opts.max_gen_len)?;
-        let capacity = prefix_len + if prefill_only { 1 } else { opts.max_gen_len };
+        let capacity = prefill.capacity(prefix_len, opts.max_gen_len);
         let dev = self.device();
         let mut step = DecodeStep::new(self, 1, capacity, None)?;
         let vocab = hp.speech_tokens_dict_size;
@@ -687,7 +726,12 @@ impl T3 {
             dev,
         )?;
         step.history().push(&Tensor::new(&[[start]], dev)?)?;
-        step.prefill(self, &embeds)?;
+        let unprefilled = if prefill == Prefill::Deferred {
+            Some(embeds)
+        } else {
+            step.prefill(self, &embeds)?;
+            None
+        };
         Ok(TokenStream {
             model: self,
             step,
@@ -724,6 +768,7 @@ impl T3 {
                 top_p_on: opts.top_p < 1.0,
                 top_k: if opts.top_k > 0 { opts.top_k } else { vocab },
             },
+            unprefilled,
         })
         .map(|mut s| {
             if opts.cuda_graphs {

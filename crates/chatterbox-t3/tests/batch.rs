@@ -1,5 +1,6 @@
 //! Continuous batching equals solo runs: on the tiny parity models, requests of different
-//! texts, lengths and sampling options join a [`BatchDecoder`] at different steps, and each
+//! texts, lengths and sampling options join a [`BatchDecoder`] at different steps (admitted
+//! alone, or queued and prefilled together in calls of a few padded positions), and each
 //! one's tokens must be exactly those of its own [`T3::generate`] / [`T3::generate_turbo`].
 use candle_core::Tensor;
 use chatterbox_t3::{
@@ -145,13 +146,25 @@ impl Case {
         })
     }
 
+    fn queue(&self, b: &mut BatchDecoder<'_>, r: &Req) -> R<RequestId> {
+        let text = self.text(r);
+        Ok(if self.turbo {
+            b.queue_turbo(&self.cond, &text, &Self::turbo_opts(r))?
+        } else {
+            b.queue_generate(&self.cond, &text, &Self::english(r))?
+        })
+    }
+
     /// Runs `reqs` through a decoder of `slots` slots, each joining after its `join_after`
-    /// steps (or as soon as a slot is free); returns each request's tokens.
-    fn batched(&self, reqs: &[Req], slots: usize) -> R<Vec<Vec<u32>>> {
+    /// steps (or as soon as a slot is free); returns each request's tokens. With `queued`,
+    /// requests are queued and each round admits one prefill call of at most 192 padded
+    /// positions (two English prompts with their CFG rows, up to seven Turbo ones), the rest waiting for the next rounds.
+    fn batched(&self, reqs: &[Req], slots: usize, queued: bool) -> R<Vec<Vec<u32>>> {
         let opts = BatchOptions::default()
             .with_slots(slots)
             .with_positions(256)
-            .with_bucket(16);
+            .with_bucket(16)
+            .with_prefill_positions(192);
         let mut b = BatchDecoder::new(&self.t3, opts)?;
         let mut out: Vec<Vec<u32>> = vec![Vec::new(); reqs.len()];
         let mut done = vec![false; reqs.len()];
@@ -178,20 +191,26 @@ impl Case {
                 let r = &reqs[waiting[i]];
                 if r.join_after <= steps && b.has_room() {
                     let k = waiting.remove(i);
-                    let (id, events) = self.admit(&mut b, &reqs[k])?;
-                    who.insert(id, k);
-                    record(events, &who, &mut out, &mut done)?;
+                    if queued {
+                        who.insert(self.queue(&mut b, &reqs[k])?, k);
+                    } else {
+                        let (id, events) = self.admit(&mut b, &reqs[k])?;
+                        who.insert(id, k);
+                        record(events, &who, &mut out, &mut done)?;
+                    }
                 } else {
                     i += 1;
                 }
             }
+            let events = b.admit_queued();
+            record(events, &who, &mut out, &mut done)?;
             let events = b.step()?;
             record(events, &who, &mut out, &mut done)?;
             steps += 1;
             anyhow::ensure!(steps < 500, "the batch does not finish");
         }
         anyhow::ensure!(
-            b.active() == 0,
+            b.active() == 0 && b.queued() == 0,
             "slots still taken after every request ended"
         );
         Ok(out)
@@ -199,12 +218,17 @@ impl Case {
 }
 
 fn check(case: &Case, reqs: &[Req], slots: usize) -> R<()> {
-    let batched = case.batched(reqs, slots)?;
-    for (r, got) in reqs.iter().zip(&batched) {
+    let alone = case.batched(reqs, slots, false)?;
+    let queued = case.batched(reqs, slots, true)?;
+    for ((r, got), got_queued) in reqs.iter().zip(&alone).zip(&queued) {
         let want = case.solo(r)?;
         anyhow::ensure!(
             *got == want,
             "request {r:?}: batched {got:?} != solo {want:?}"
+        );
+        anyhow::ensure!(
+            *got_queued == want,
+            "request {r:?}: batched with queued admissions {got_queued:?} != solo {want:?}"
         );
     }
     Ok(())
@@ -245,6 +269,16 @@ fn a_full_batch_with_greedy_and_seeded_rows_equals_solo_runs() -> R<()> {
         check(&case, &reqs, 4)?;
         // the same requests through one slot: they run one after another
         check(&case, &reqs, 1)?;
+        // all at once: queued, they share prefill calls (English two a call within the
+        // budget, the CFG-less one with them; Turbo all four in one)
+        let together: Vec<Req> = reqs
+            .iter()
+            .map(|r| Req {
+                join_after: 0,
+                ..r.clone()
+            })
+            .collect();
+        check(&case, &together, 4)?;
     }
     Ok(())
 }
@@ -293,5 +327,66 @@ fn bad_requests_are_refused_and_leave_the_batch_usable() -> R<()> {
     let e = case.admit(&mut b, &Req { max: 5, ..r }).unwrap_err();
     assert!(e.to_string().contains("slots are taken"), "{e}");
     assert!(BatchDecoder::new(&case.t3, BatchOptions::default().with_slots(0)).is_err());
+    Ok(())
+}
+
+#[test]
+fn queued_requests_hold_their_slots_and_are_prefilled_within_the_budget() -> R<()> {
+    for name in ["en", "turbo"] {
+        let case = Case::new(name)?;
+        let r = |i: usize| Req {
+            len: 3 + i,
+            shift: i as u32,
+            seed: Some(i as u64),
+            cfg: true,
+            temperature: 0.8,
+            top_p: 1.0,
+            max: 6,
+            join_after: 0,
+        };
+        // a budget of one position: one request per call, first come first served
+        let opts = BatchOptions::default()
+            .with_slots(3)
+            .with_positions(128)
+            .with_prefill_positions(1);
+        let mut b = BatchDecoder::new(&case.t3, opts.clone())?;
+        let ids: Vec<RequestId> = (0..3)
+            .map(|i| case.queue(&mut b, &r(i)))
+            .collect::<R<_>>()?;
+        assert!(!b.has_room(), "{name}: queued requests hold their slots");
+        assert_eq!(b.active(), 0);
+        let e = case.queue(&mut b, &r(3)).unwrap_err();
+        assert!(e.to_string().contains("slots are taken"), "{name}: {e}");
+        for (k, &id) in ids.iter().enumerate() {
+            let ev = b.admit_queued();
+            assert!(
+                matches!(ev.first(), Some(BatchEvent::Token { id: got, .. }) if *got == id),
+                "{name}: call {k} admitted {ev:?}, expected request {id} first"
+            );
+            assert_eq!(b.queued(), 2 - k, "{name}");
+            assert_eq!(b.active(), k + 1, "{name}");
+        }
+        assert!(b.admit_queued().is_empty(), "{name}: nothing left to admit");
+        // a budget for all of them: one call
+        let mut b = BatchDecoder::new(&case.t3, opts.with_prefill_positions(4096))?;
+        for i in 0..3 {
+            case.queue(&mut b, &r(i))?;
+        }
+        let ev = b.admit_queued();
+        assert_eq!(ev.len(), 3, "{name}: {ev:?}");
+        assert_eq!((b.queued(), b.active()), (0, 3), "{name}");
+        // a cancelled queued request leaves the queue and frees its slot
+        let opts = BatchOptions::default().with_slots(1).with_positions(128);
+        let mut b = BatchDecoder::new(&case.t3, opts)?;
+        let id = case.queue(&mut b, &r(0))?;
+        assert!(!b.has_room());
+        assert!(b.cancel(id));
+        assert!(b.has_room() && b.queued() == 0, "{name}");
+        assert!(b.admit_queued().is_empty());
+        // bad input is refused when queued
+        let e = case.queue(&mut b, &Req { max: 5000, ..r(0) }).unwrap_err();
+        assert!(e.to_string().contains("positions"), "{name}: {e}");
+        assert_eq!(b.queued(), 0);
+    }
     Ok(())
 }

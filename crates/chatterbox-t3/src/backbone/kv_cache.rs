@@ -70,19 +70,21 @@ impl KvCache {
         })
     }
 
-    /// Copies positions `0..len` of `src` (`[b, H, >= len, D]`, `b` = `rows` or 1) into rows
-    /// `row..row + rows` of this cache, in place.
+    /// Copies positions `0..len` of `src`'s rows `src_rows` (`b` of them: `rows` or 1) into
+    /// rows `row..row + rows` of this cache, in place.
     pub(crate) fn copy_rows_from(
         &self,
         src: &KvCache,
+        src_rows: std::ops::Range<usize>,
         len: usize,
         row: usize,
         rows: usize,
     ) -> Result<()> {
         self.check_room(len)?;
         for (dst, src) in [(&self.k, &src.k), (&self.v, &src.v)] {
-            let (b, h, _, d) = src.dims4()?;
-            let s = src.narrow(2, 0, len)?;
+            let (_, h, _, d) = src.dims4()?;
+            let b = src_rows.len();
+            let s = src.narrow(0, src_rows.start, b)?.narrow(2, 0, len)?;
             let s = if b == rows {
                 s.contiguous()?
             } else {

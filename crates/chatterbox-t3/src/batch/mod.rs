@@ -3,10 +3,14 @@
 //! own [`TokenStream`] would (the loops of `T3.inference` / `T3.inference_turbo` in
 //! chatterbox/models/t3/t3.py, upstream 5de7a54, run side by side).
 //!
-//! A request's prompt is prefilled and its first token drawn on its own (the prefill is the
-//! one long, compute-bound pass; the first draw is the stream's own), then its KV cache, token
-//! history, sampling parameters and random generator move into a *slot*: rows of caches and
-//! buffers preallocated for the decoder's lifetime. Each [`BatchDecoder::step`] feeds every
+//! A request's prompt is prefilled and its first token drawn with its own processors and
+//! generator, then its KV cache, token history, sampling parameters and random generator move
+//! into a *slot*: rows of caches and buffers preallocated for the decoder's lifetime. Requests
+//! admitted at once ([`BatchDecoder::admit_generate`]) are prefilled alone; queued ones
+//! ([`BatchDecoder::queue_generate`], then [`BatchDecoder::admit_queued`]) share one prefill
+//! call, their prompts right-padded to the longest (the causal mask keeps every row's
+//! positions from the padding after them), at most [`BatchOptions::prefill_positions`] padded
+//! positions per call, so a round of admissions stalls the running requests by one call. Each [`BatchDecoder::step`] feeds every
 //! occupied slot's latest token at its own position (per-row RoPE rows, cache writes and
 //! attention masks, all device-side) and draws every slot's next token with its own
 //! processors; the host reads one `[slots]` vector of ids per step. On CUDA a step is captured
@@ -16,7 +20,7 @@ mod select;
 pub(crate) use select::RowParams;
 
 use crate::backbone::{KvCache, StepIndex};
-use crate::generate::{GenerateOptions, TokenStream, TurboOptions, DEFAULT_GRAPH_BUCKET};
+use crate::generate::{GenerateOptions, Prefill, TokenStream, TurboOptions, DEFAULT_GRAPH_BUCKET};
 use crate::sampling::Sampler;
 use crate::t3::T3;
 use crate::{Result, T3Error};
@@ -68,6 +72,10 @@ pub struct BatchOptions {
     /// On CUDA, replay steps as CUDA graphs (one per slot-count and attention bucket).
     /// Default: `true`.
     pub cuda_graphs: bool,
+    /// Padded prompt positions (rows × longest prompt) one [`BatchDecoder::admit_queued`]
+    /// call prefills at most; the queued requests beyond wait for the next call (one request
+    /// always goes). Its keys and values are the call's transient memory. Default: 8192.
+    pub prefill_positions: usize,
 }
 
 impl Default for BatchOptions {
@@ -77,6 +85,7 @@ impl Default for BatchOptions {
             positions: 1500,
             bucket: DEFAULT_GRAPH_BUCKET,
             cuda_graphs: true,
+            prefill_positions: 8192,
         }
     }
 }
@@ -103,6 +112,12 @@ impl BatchOptions {
     /// Sets [`BatchOptions::cuda_graphs`].
     pub fn with_cuda_graphs(mut self, on: bool) -> Self {
         self.cuda_graphs = on;
+        self
+    }
+
+    /// Sets [`BatchOptions::prefill_positions`].
+    pub fn with_prefill_positions(mut self, positions: usize) -> Self {
+        self.prefill_positions = positions;
         self
     }
 }
@@ -165,7 +180,9 @@ struct Buffers {
 
 /// Continuous batching over one T3 model: see the module docs. Created by
 /// [`BatchDecoder::new`]; requests join with [`BatchDecoder::admit_generate`] /
-/// [`BatchDecoder::admit_turbo`] and advance with [`BatchDecoder::step`].
+/// [`BatchDecoder::admit_turbo`] (alone, at once) or [`BatchDecoder::queue_generate`] /
+/// [`BatchDecoder::queue_turbo`] and [`BatchDecoder::admit_queued`] (together), and advance
+/// with [`BatchDecoder::step`].
 pub struct BatchDecoder<'a> {
     model: &'a T3,
     opts: BatchOptions,
@@ -174,6 +191,8 @@ pub struct BatchDecoder<'a> {
     buf: Buffers,
     select: BatchSelect,
     slots: Vec<Option<Slot>>,
+    /// Requests waiting for [`BatchDecoder::admit_queued`], in the order they came.
+    queue: Vec<(RequestId, TokenStream<'a>)>,
     next_id: RequestId,
     host_inputs: Vec<u32>,
     host_noise: Vec<f32>,
@@ -244,6 +263,7 @@ impl<'a> BatchDecoder<'a> {
             vocab,
             select: BatchSelect::new(order, s, vocab, dev)?,
             slots: (0..s).map(|_| None).collect(),
+            queue: Vec::new(),
             next_id: 0,
             host_inputs: vec![0; s * 3],
             host_noise: vec![0.0; s * vocab],
@@ -256,12 +276,15 @@ impl<'a> BatchDecoder<'a> {
     }
 
     /// Bytes of device memory a decoder with `opts` preallocates for `model` (KV caches and
-    /// per-slot buffers; the step's transient activations come on top).
+    /// per-slot buffers), plus the keys and values of one batched prefill call
+    /// ([`BatchOptions::prefill_positions`]); the activations of a step or a prefill come on
+    /// top.
     pub fn memory_bytes(model: &T3, opts: &BatchOptions) -> usize {
         let (layers, heads, head_dim) = model.backbone().cache_shape();
         let rows = if model.config().is_gpt() { 1 } else { 2 };
         let vocab = model.config().speech_tokens_dict_size;
-        let kv = 2 * layers * heads * head_dim * opts.positions * rows * opts.slots;
+        let positions = opts.positions * rows * opts.slots + opts.prefill_positions;
+        let kv = 2 * layers * heads * head_dim * positions;
         kv * model.dtype().size_in_bytes() + opts.slots * vocab * 4 * (4 + rows)
     }
 
@@ -275,9 +298,14 @@ impl<'a> BatchDecoder<'a> {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
 
-    /// Whether a request can join now.
+    /// Requests queued for [`BatchDecoder::admit_queued`].
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether a request can join now (a free slot that no queued request holds).
     pub fn has_room(&self) -> bool {
-        self.slots.iter().any(Option::is_none)
+        self.slots.iter().filter(|s| s.is_none()).count() > self.queue.len()
     }
 
     /// Whether steps replay as CUDA graphs (on a CUDA device with the option on, until a
@@ -313,7 +341,7 @@ impl<'a> BatchDecoder<'a> {
         self.check_room(opts.max_new_tokens)?;
         let stream = self
             .model
-            .start_generate(cond_emb, text_tokens, opts, true)?;
+            .start_generate(cond_emb, text_tokens, opts, Prefill::Only)?;
         self.admit(stream)
     }
 
@@ -326,8 +354,162 @@ impl<'a> BatchDecoder<'a> {
         opts: &TurboOptions,
     ) -> Result<(RequestId, Vec<BatchEvent>)> {
         self.check_room(opts.max_gen_len + 1)?;
-        let stream = self.model.start_turbo(cond_emb, text_tokens, opts, true)?;
+        let stream = self
+            .model
+            .start_turbo(cond_emb, text_tokens, opts, Prefill::Only)?;
         self.admit(stream)
+    }
+
+    /// Queues an English or multilingual request (checked now: bad input is an error here)
+    /// for the next [`BatchDecoder::admit_queued`], which prefills it with the other queued
+    /// ones; it holds a slot from now on. Its events come from that call.
+    pub fn queue_generate(
+        &mut self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<RequestId> {
+        self.check_room(opts.max_new_tokens)?;
+        let stream = self
+            .model
+            .start_generate(cond_emb, text_tokens, opts, Prefill::Deferred)?;
+        self.enqueue(stream)
+    }
+
+    /// Queues a Turbo or Nano request; see [`BatchDecoder::queue_generate`].
+    pub fn queue_turbo(
+        &mut self,
+        cond_emb: &Tensor,
+        text_tokens: &[u32],
+        opts: &TurboOptions,
+    ) -> Result<RequestId> {
+        self.check_room(opts.max_gen_len + 1)?;
+        let stream = self
+            .model
+            .start_turbo(cond_emb, text_tokens, opts, Prefill::Deferred)?;
+        self.enqueue(stream)
+    }
+
+    fn enqueue(&mut self, stream: TokenStream<'a>) -> Result<RequestId> {
+        self.check_positions(&stream)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push((id, stream));
+        Ok(id)
+    }
+
+    /// Admits queued requests, first come first served: one prefill call over as many as
+    /// [`BatchOptions::prefill_positions`] allows (at least one), then each one's first draw
+    /// with its own processors and generator, and its seat in a slot unless it already
+    /// ended. Returns their events (a token each, an end, or a failure: a failed prefill fails
+    /// every request of the call). Nothing happens with an empty queue.
+    pub fn admit_queued(&mut self) -> Vec<BatchEvent> {
+        let mut n = 0;
+        let mut longest = 0;
+        let mut rows = 0;
+        for (_, s) in &self.queue {
+            let (b, t) = s
+                .unprefilled
+                .as_ref()
+                .and_then(|e| e.dims3().ok())
+                .map_or((1, 1), |(b, t, _)| (b, t));
+            let (r, l) = (rows + b, longest.max(t));
+            if n > 0 && r * l > self.opts.prefill_positions {
+                break;
+            }
+            (n, rows, longest) = (n + 1, r, l);
+        }
+        let group: Vec<(RequestId, TokenStream<'a>)> = self.queue.drain(..n).collect();
+        if group.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<RequestId> = group.iter().map(|(id, _)| *id).collect();
+        match self.prefill_group(group) {
+            Ok(events) => events,
+            Err(e) => {
+                let msg = e.to_string();
+                ids.into_iter()
+                    .map(|id| BatchEvent::Failed {
+                        id,
+                        error: crate::error::invalid("batched prefill", msg.clone()),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// One prefill call over `group`'s prompts (right-padded to the longest), then each
+    /// request's first draw and seat.
+    fn prefill_group(
+        &mut self,
+        group: Vec<(RequestId, TokenStream<'a>)>,
+    ) -> Result<Vec<BatchEvent>> {
+        let model = self.model;
+        let t0 = std::time::Instant::now();
+        let mut prompts = Vec::with_capacity(group.len());
+        for (_, s) in &group {
+            let e = s.unprefilled.as_ref().ok_or_else(|| {
+                crate::error::invalid("batched prefill", "a queued request without its prompt")
+            })?;
+            prompts.push(e);
+        }
+        let mut longest = 0;
+        for e in &prompts {
+            longest = longest.max(e.dim(1)?);
+        }
+        let mut padded = Vec::with_capacity(prompts.len());
+        let mut spans = Vec::with_capacity(prompts.len());
+        let mut row = 0;
+        for e in &prompts {
+            let (b, t, _) = e.dims3()?;
+            padded.push(e.pad_with_zeros(1, 0, longest - t)?);
+            spans.push((row..row + b, t));
+            row += b;
+        }
+        let x = Tensor::cat(&padded, 0)?;
+        let mut caches =
+            model
+                .backbone()
+                .new_caches(row, longest, model.dtype(), model.device())?;
+        let hidden = model.backbone().prefill(&x, &mut caches, None)?;
+        let last = spans
+            .iter()
+            .map(|(rows, t)| {
+                hidden
+                    .narrow(0, rows.start, rows.len())?
+                    .narrow(1, t - 1, 1)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let logits = model.speech_logits(&Tensor::cat(&last, 0)?)?;
+        let debug = tracing::enabled!(tracing::Level::DEBUG);
+        if debug {
+            model.device().synchronize()?;
+        }
+        let t1 = std::time::Instant::now();
+        let n = group.len();
+        let mut events = Vec::new();
+        for ((id, mut stream), (rows, t)) in group.into_iter().zip(spans) {
+            stream.unprefilled = None;
+            let admitted = stream
+                .step
+                .set_prefilled(&logits.narrow(0, rows.start, rows.len())?, t)
+                .and_then(|()| self.draw_and_seat(id, stream, (&caches, rows)));
+            match admitted {
+                Ok(ev) => events.extend(ev),
+                Err(error) => events.push(BatchEvent::Failed { id, error }),
+            }
+        }
+        if debug {
+            tracing::debug!(
+                requests = n,
+                rows = row,
+                longest,
+                prefill_ms = (t1 - t0).as_secs_f64() * 1e3,
+                draws_ms = t1.elapsed().as_secs_f64() * 1e3,
+                "batched prefill"
+            );
+        }
+        Ok(events)
     }
 
     fn check_room(&self, max_tokens: usize) -> Result<()> {
@@ -347,7 +529,7 @@ impl<'a> BatchDecoder<'a> {
         Ok(())
     }
 
-    fn admit(&mut self, mut stream: TokenStream<'a>) -> Result<(RequestId, Vec<BatchEvent>)> {
+    fn check_positions(&self, stream: &TokenStream<'_>) -> Result<()> {
         let need = stream.prefix_len + stream.max_tokens;
         if need > self.opts.positions {
             return Err(T3Error::SequenceTooLong {
@@ -356,8 +538,27 @@ impl<'a> BatchDecoder<'a> {
                 max: self.opts.positions,
             });
         }
+        Ok(())
+    }
+
+    fn admit(&mut self, stream: TokenStream<'a>) -> Result<(RequestId, Vec<BatchEvent>)> {
+        self.check_positions(&stream)?;
         let id = self.next_id;
         self.next_id += 1;
+        let caches = stream.step.caches().to_vec();
+        let rows = 0..stream.step.batch();
+        let events = self.draw_and_seat(id, stream, (&caches, rows))?;
+        Ok((id, events))
+    }
+
+    /// A prefilled request's first draw, then its seat in a free slot (its keys and values
+    /// are `kv`'s rows, positions `0..prefix_len`) unless it already ended.
+    fn draw_and_seat(
+        &mut self,
+        id: RequestId,
+        mut stream: TokenStream<'a>,
+        kv: (&[KvCache], std::ops::Range<usize>),
+    ) -> Result<Vec<BatchEvent>> {
         let mut events = Vec::new();
         let first = match stream.next() {
             None => {
@@ -365,7 +566,7 @@ impl<'a> BatchDecoder<'a> {
                     id,
                     stopped_on_eos: false,
                 });
-                return Ok((id, events));
+                return Ok(events);
             }
             Some(Err(e)) => return Err(e),
             Some(Ok(t)) => t,
@@ -376,13 +577,13 @@ impl<'a> BatchDecoder<'a> {
                 id,
                 stopped_on_eos: stream.stopped_on_eos,
             });
-            return Ok((id, events));
+            return Ok(events);
         }
         let slot =
             self.slots.iter().position(Option::is_none).ok_or_else(|| {
                 crate::error::invalid("batched request", "no free slot".to_string())
             })?;
-        self.seat(&stream, slot)?;
+        self.seat(&stream, kv, slot)?;
         self.slots[slot] = Some(Slot {
             id,
             sampler: stream.sampler.clone(),
@@ -396,14 +597,19 @@ impl<'a> BatchDecoder<'a> {
             pending: first,
             params: stream.params,
         });
-        Ok((id, events))
+        Ok(events)
     }
 
-    /// Moves a prefilled stream's device state into `slot`.
-    fn seat(&self, stream: &TokenStream<'_>, slot: usize) -> Result<()> {
+    /// Moves a prefilled stream's device state into `slot` (its keys and values from `kv`).
+    fn seat(
+        &self,
+        stream: &TokenStream<'_>,
+        (caches, rows): (&[KvCache], std::ops::Range<usize>),
+        slot: usize,
+    ) -> Result<()> {
         let r = self.rows_per_slot;
-        for (dst, src) in self.buf.caches.iter().zip(stream.step.caches()) {
-            dst.copy_rows_from(src, stream.prefix_len, slot * r, r)?;
+        for (dst, src) in self.buf.caches.iter().zip(caches) {
+            dst.copy_rows_from(src, rows.clone(), stream.prefix_len, slot * r, r)?;
         }
         let row = if stream.turbo {
             // inference_turbo's processors see only the tokens generated after the first
@@ -528,8 +734,12 @@ impl<'a> BatchDecoder<'a> {
     }
 
     /// Drops a request (e.g. its client went away); its slot is free for the next one.
-    /// Returns whether it was decoding.
+    /// Returns whether it was decoding or queued.
     pub fn cancel(&mut self, id: RequestId) -> bool {
+        if let Some(i) = self.queue.iter().position(|(q, _)| *q == id) {
+            self.queue.remove(i);
+            return true;
+        }
         match self
             .slots
             .iter()
