@@ -274,6 +274,8 @@ fn serve_batch(
                     admit_s = t.admit.as_secs_f64(),
                     decode_s = t.decode.as_secs_f64(),
                     audio_s = t.audio.as_secs_f64(),
+                    flow_s = t.flow.as_secs_f64(),
+                    vocoder_s = t.vocoder.as_secs_f64(),
                     flow_calls = t.flow_calls,
                     chunks_per_flow_call = t.flow_chunks as f64 / t.flow_calls.max(1) as f64,
                     vocoder_calls = t.vocoder_calls,

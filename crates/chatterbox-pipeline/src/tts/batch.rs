@@ -18,6 +18,7 @@ use crate::options::GenerateOptions;
 use crate::stream_synth::{vocode_batch, VocodeJob};
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
+use rayon::prelude::*;
 use std::time::{Duration, Instant};
 
 /// A stream's handle in a [`SpeechBatch`].
@@ -48,6 +49,10 @@ pub struct BatchTimings {
     pub decode: Duration,
     /// Audio: the flow calls, each stream's HiFT and watermark on the chunks that fell due.
     pub audio: Duration,
+    /// The flow calls' part of `audio` (each call waits for the device).
+    pub flow: Duration,
+    /// The HiFT calls' part of `audio` (each call waits for the device).
+    pub vocoder: Duration,
     /// Flow calls run (each on up to [`SpeechBatch::flow_rows`] chunks).
     pub flow_calls: u64,
     /// Chunks those calls made.
@@ -198,7 +203,9 @@ impl<'a> SpeechBatch<'a> {
     pub fn step(&mut self) -> Vec<(StreamId, BatchOutput)> {
         let mut out = Vec::new();
         let mut failed: Vec<StreamId> = Vec::new();
-        // Admissions, first come first served.
+        // Admissions, first come first served: every stream that needs its next sentence
+        // queues it while slots are free, then one prefill call admits as many as its budget
+        // holds (the rest next round, so running streams wait one call per round).
         let t0 = Instant::now();
         for i in 0..self.streams.len() {
             if !self.decoder.has_room() {
@@ -210,21 +217,16 @@ impl<'a> SpeechBatch<'a> {
             }
             let r = match e.stream.pump() {
                 Ok(Step::NeedsSentence) => e.stream.start_sentence(Some(&mut self.decoder)),
-                Ok(_) => Ok(Vec::new()),
+                Ok(_) => Ok(()),
                 Err(err) => Err(err),
             };
-            match r.and_then(|events| {
-                events
-                    .into_iter()
-                    .try_for_each(|ev| self.streams[i].stream.deliver(ev))
-            }) {
-                Ok(()) => {}
-                Err(err) => {
-                    out.push((self.streams[i].id, BatchOutput::Failed(err)));
-                    failed.push(self.streams[i].id);
-                }
+            if let Err(err) = r {
+                out.push((self.streams[i].id, BatchOutput::Failed(err)));
+                failed.push(self.streams[i].id);
             }
         }
+        let admitted = self.decoder.admit_queued();
+        self.route(admitted, &mut out, &mut failed);
         let t1 = Instant::now();
         self.timings.admit += t1 - t0;
         // One decode step for every request in a slot.
@@ -235,25 +237,7 @@ impl<'a> SpeechBatch<'a> {
             let stepped = self.decoder.step();
             self.timings.decode += t1.elapsed();
             match stepped {
-                Ok(events) => {
-                    for ev in events {
-                        let rid = match &ev {
-                            BatchEvent::Token { id, .. }
-                            | BatchEvent::Finished { id, .. }
-                            | BatchEvent::Failed { id, .. } => *id,
-                        };
-                        if let Some(e) = self
-                            .streams
-                            .iter_mut()
-                            .find(|e| e.stream.batch_request() == Some(rid))
-                        {
-                            if let Err(err) = e.stream.deliver(ev) {
-                                out.push((e.id, BatchOutput::Failed(err)));
-                                failed.push(e.id);
-                            }
-                        }
-                    }
-                }
+                Ok(events) => self.route(events, &mut out, &mut failed),
                 Err(err) => {
                     // a failed step leaves every decoding request's state unknown
                     let msg = err.to_string();
@@ -275,12 +259,25 @@ impl<'a> SpeechBatch<'a> {
         let t2 = Instant::now();
         loop {
             let (mut flows, mut vocodes) = (Vec::new(), Vec::new());
-            for (i, e) in self.streams.iter_mut().enumerate() {
-                if failed.contains(&e.id) {
+            // each stream's own host work (its chunk jobs and their draws, joining its audio)
+            // on rayon's threads: the streams share nothing
+            let pumped: Vec<Option<(Result<Step>, Vec<AudioChunk>)>> = self
+                .streams
+                .par_iter_mut()
+                .map(|e| {
+                    if failed.contains(&e.id) {
+                        return None;
+                    }
+                    let pumped = e.stream.pump();
+                    Some((pumped, e.stream.take_ready().collect()))
+                })
+                .collect();
+            for (i, p) in pumped.into_iter().enumerate() {
+                let Some((pumped, ready)) = p else {
                     continue;
-                }
-                let pumped = e.stream.pump();
-                for c in e.stream.take_ready() {
+                };
+                let e = &self.streams[i];
+                for c in ready {
                     out.push((e.id, BatchOutput::Chunk(c)));
                 }
                 match pumped {
@@ -313,6 +310,32 @@ impl<'a> SpeechBatch<'a> {
         out
     }
 
+    /// Hands the decoder's events to their streams; a stream that fails on its event fails.
+    fn route(
+        &mut self,
+        events: Vec<BatchEvent>,
+        out: &mut Vec<(StreamId, BatchOutput)>,
+        failed: &mut Vec<StreamId>,
+    ) {
+        for ev in events {
+            let rid = match &ev {
+                BatchEvent::Token { id, .. }
+                | BatchEvent::Finished { id, .. }
+                | BatchEvent::Failed { id, .. } => *id,
+            };
+            if let Some(e) = self
+                .streams
+                .iter_mut()
+                .find(|e| e.stream.batch_request() == Some(rid))
+            {
+                if let Err(err) = e.stream.deliver(ev) {
+                    out.push((e.id, BatchOutput::Failed(err)));
+                    failed.push(e.id);
+                }
+            }
+        }
+    }
+
     /// The flow calls of the streams at `waiting`: grouped by Euler steps, sorted by length
     /// (least padding), `flow_rows` per call; each stream gets its mel, or fails with its call.
     fn run_flows(
@@ -336,6 +359,7 @@ impl<'a> SpeechBatch<'a> {
         jobs.sort_by_key(|(_, j)| (j.n_timesteps, j.row.noise.dims().get(2).copied()));
         let flow = self.core.s3gen.flow();
         for group in calls(&jobs, self.flow_rows, |(_, j)| j.n_timesteps) {
+            let t0 = Instant::now();
             let mels = match group {
                 [(_, job)] => job.run(flow).map(|m| vec![m]),
                 _ => {
@@ -344,6 +368,14 @@ impl<'a> SpeechBatch<'a> {
                         .map_err(PipelineError::from)
                 }
             };
+            // wait for the device, so that `flow` is the calls' own time
+            let mels = mels.and_then(|m| {
+                if let Some(t) = m.first() {
+                    t.device().synchronize()?;
+                }
+                Ok(m)
+            });
+            self.timings.flow += t0.elapsed();
             self.timings.flow_calls += 1;
             self.timings.flow_chunks += group.len() as u64;
             match mels {
@@ -377,7 +409,14 @@ impl<'a> SpeechBatch<'a> {
                 .iter()
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
                 .collect();
-            let outs = vocode_batch(hift, &jobs);
+            let t0 = Instant::now();
+            let outs = vocode_batch(hift, &jobs).and_then(|o| {
+                if let Some((wav, _)) = o.first() {
+                    wav.device().synchronize()?;
+                }
+                Ok(o)
+            });
+            self.timings.vocoder += t0.elapsed();
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
             match outs {

@@ -386,21 +386,21 @@ impl TtsCore {
         }
     }
 
-    /// [`TtsCore::token_stream`]'s request started in a batch decoder instead: the request's
-    /// id and the events of its first draw.
-    pub(crate) fn admit<'a>(
+    /// [`TtsCore::token_stream`]'s request queued in a batch decoder instead (its prefill
+    /// and first draw come with the decoder's next `admit_queued`): the request's id.
+    pub(crate) fn queue<'a>(
         &'a self,
         batch: &mut chatterbox_t3::BatchDecoder<'a>,
         cond_emb: &Tensor,
         ids: &[u32],
         opts: &GenerateOptions,
         sampling: Sampling,
-    ) -> Result<(chatterbox_t3::RequestId, Vec<chatterbox_t3::BatchEvent>)> {
+    ) -> Result<chatterbox_t3::RequestId> {
         if self.is_turbo() {
-            Ok(batch.admit_turbo(cond_emb, ids, &Self::turbo_options(opts, sampling))?)
+            Ok(batch.queue_turbo(cond_emb, ids, &Self::turbo_options(opts, sampling))?)
         } else {
             let padded = self.t3.pad_text_tokens(ids);
-            Ok(batch.admit_generate(cond_emb, &padded, &Self::t3_options(opts, sampling))?)
+            Ok(batch.queue_generate(cond_emb, &padded, &Self::t3_options(opts, sampling))?)
         }
     }
 

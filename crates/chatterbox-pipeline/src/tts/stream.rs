@@ -227,12 +227,9 @@ impl<'a> SpeechStream<'a> {
     }
 
     /// Starts the next text chunk: its text tokens, T3's prefill, a fresh synthesiser. With a
-    /// batch decoder the request joins it, and the events of its first draw are returned (for
-    /// the driver to route).
-    pub(crate) fn start_sentence(
-        &mut self,
-        batch: Option<&mut BatchDecoder<'a>>,
-    ) -> Result<Vec<BatchEvent>> {
+    /// batch decoder the request is queued in it instead (prefilled with the others queued,
+    /// at the driver's next `admit_queued`).
+    pub(crate) fn start_sentence(&mut self, batch: Option<&mut BatchDecoder<'a>>) -> Result<()> {
         let core = self.core;
         let index = self.next_text;
         let text = self.texts[index].clone();
@@ -249,7 +246,6 @@ impl<'a> SpeechStream<'a> {
         } else {
             Sampling::Seeded(self.seed.wrapping_add(index as u64))
         };
-        let mut events = Vec::new();
         let tokens = match batch {
             None => Tokens::Own(Box::new(core.token_stream(
                 &self.cond_emb,
@@ -258,8 +254,7 @@ impl<'a> SpeechStream<'a> {
                 sampling,
             )?)),
             Some(b) => {
-                let (id, ev) = core.admit(b, &self.cond_emb, &ids, &self.opts, sampling)?;
-                events = ev;
+                let id = core.queue(b, &self.cond_emb, &ids, &self.opts, sampling)?;
                 Tokens::Batched {
                     id,
                     queue: VecDeque::new(),
@@ -289,7 +284,7 @@ impl<'a> SpeechStream<'a> {
             flow_out: None,
             vocode_out: None,
         });
-        Ok(events)
+        Ok(())
     }
 
     /// The batch request of the sentence being spoken (`None` between sentences or when the
