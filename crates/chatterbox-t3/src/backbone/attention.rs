@@ -106,6 +106,18 @@ pub(crate) fn attend_causal(
     if q.device().is_cpu() && q.dtype() == DType::F32 {
         return cpu_causal(q, k, v, scale);
     }
+    #[cfg(feature = "cuda")]
+    if q.device().is_cuda() && q.dtype() == DType::BF16 {
+        // the causal mask applied inside one softmax kernel (bf16 prefills)
+        let offset = k.dim(2)? - q.dim(2)?;
+        let att = q.matmul(&k.t()?)?;
+        let scale = scale.unwrap_or(1.0) as f32;
+        if let Some(p) = super::cuda_prefill::causal_softmax(&att, offset, scale)? {
+            let out = p.matmul(v)?;
+            let (b, h, t, d) = out.dims4()?;
+            return Ok(out.transpose(1, 2)?.reshape((b, t, h * d))?);
+        }
+    }
     attend(q, k, v, Some(mask), scale)
 }
 

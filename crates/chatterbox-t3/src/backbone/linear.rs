@@ -128,6 +128,13 @@ impl candle_nn::Module for Linear {
             x2.matmul(&self.weight)?
         };
         let y = match &self.bias {
+            #[cfg(feature = "cuda")]
+            Some(b) if self.weight.device().is_cuda() => {
+                match super::cuda_prefill::bias_add(&y, b)? {
+                    Some(y) => y,
+                    None => y.broadcast_add(b)?,
+                }
+            }
             Some(b) => y.broadcast_add(b)?,
             None => y,
         };

@@ -6,6 +6,8 @@ mod cpu_attention;
 mod cuda_decode;
 #[cfg(feature = "cuda")]
 mod cuda_gemv;
+#[cfg(feature = "cuda")]
+mod cuda_prefill;
 mod exp8;
 mod gelu;
 mod gemv;

@@ -4,8 +4,8 @@
 //! candle runs it as separate passes (a scalar `expf` per value for the SiLU on the strided
 //! gate half, then the strided product). On the CPU in f32 this is one parallel pass, 8 lanes
 //! at a time, with the CPU attention's vectorised `exp` (about 1 ulp): the English prefill
-//! (131 positions, CFG, 2 threads) went from 1068-1081 to 934-992 ms. Elsewhere it is candle's
-//! ops.
+//! (131 positions, CFG, 2 threads) went from 1068-1081 to 934-992 ms. In bf16 on CUDA it is
+//! one kernel (`cuda_prefill`); elsewhere candle's ops.
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
@@ -19,6 +19,10 @@ pub(crate) fn silu_mul(gu: &Tensor, i: usize) -> candle_core::Result<Tensor> {
             "silu_mul: last dimension {} is not 2 x {i}",
             gu.dim(D::Minus1)?
         )
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(y) = super::cuda_prefill::silu_mul(gu)? {
+        return Ok(y);
     }
     if gu.device().is_cpu() && gu.dtype() == DType::F32 {
         gu.contiguous()?.apply_op1_no_bwd(&SiluMul)
