@@ -19,13 +19,20 @@
 //! * `CHATTERBOX_BENCH_ESTIMATOR_ROWS`: estimator calls of further `BxT` rows and frames
 //!   (comma-separated, e.g. `8x1000,32x1000`: the batched server's flow calls), each also timed
 //!   for its host side alone (the call returning, before the device finishes);
+//! * `CHATTERBOX_BENCH_FLOW_ROWS`: batched calls of `BxN` (comma-separated, e.g. `16x60`):
+//!   `inference_rows` over B streaming chunks (250 prompt + N tokens each, not final) of the
+//!   10-step flow with guidance and of the meanflow flow (the batched server's flow calls),
+//!   and the encoder alone on the same rows (stage `rows`, on by default when the variable is
+//!   set);
 //! * `CHATTERBOX_BENCH_PROFILE=1` (CUDA): one more call of each of those shapes between
 //!   `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off`;
 //! * `CHATTERBOX_FLOW_WEIGHTS`: a safetensors file with real `flow.*` weights (an S3Gen
 //!   checkpoint) instead of random ones (`CHATTERBOX_FLOW_MEANFLOW_WEIGHTS` for meanflow).
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use chatterbox_s3gen::flow::{CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt};
+use chatterbox_s3gen::flow::{
+    CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt, FlowRow,
+};
 use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
 
 const N_PROMPT: usize = 250;
@@ -91,6 +98,65 @@ fn profile_one(dev: &Device, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::
     f()
 }
 
+/// `inference_rows` over `b` chunks of `n` new tokens each (not final) in the voice of
+/// `prompt`, and the encoder alone on the same rows, for each `(b, n)` of `rows`.
+fn flow_rows(
+    flow: &CausalMaskedDiffWithXvec,
+    prompt: &FlowPrompt,
+    rows: &[(usize, usize)],
+    what: &str,
+    push: &mut impl FnMut(String, String, Timing),
+    sync: &impl Fn(&Tensor),
+) -> anyhow::Result<()> {
+    let dev = prompt.prompt_feat.device();
+    for &(b, n) in rows {
+        let (_, c, t) = flow.noise_shape(1, N_PROMPT, n, false);
+        let batch = (0..b)
+            .map(|i| {
+                Ok(FlowRow::new(
+                    ids(n, 37 + i, dev)?,
+                    prompt.clone(),
+                    Tensor::randn(0f32, 1.0, (1, c, t), dev)?,
+                    false,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut failed = None;
+        let timing = time_it(1, 5, 0.0, || match flow.inference_rows(&batch, None) {
+            Ok(m) => m.iter().for_each(sync),
+            Err(e) => failed = Some(e),
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        push(
+            format!("flow_rows_{what}_b{b}_{n}tok"),
+            format!("inference_rows, {b} chunks of {n} + {N_PROMPT} prompt tokens ({t} frames)"),
+            timing,
+        );
+        let token = Tensor::cat(
+            &(0..b)
+                .map(|i| ids(n, 37 + i, dev))
+                .collect::<candle_core::Result<Vec<_>>>()?,
+            0,
+        )?;
+        let mut failed = None;
+        let timing = time_it(1, 5, 0.0, || match flow.encode(&token, prompt, false) {
+            Ok(c) => sync(&c.mu),
+            Err(e) => failed = Some(e),
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        push(
+            format!("flow_rows_{what}_b{b}_{n}tok_encoder"),
+            format!("the encoder alone on the same rows ({b} x {n} + {N_PROMPT} tokens)"),
+            timing,
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let (dev, dev_name) = device()?;
     let gpu = !dev.is_cpu();
@@ -117,7 +183,19 @@ fn main() -> anyhow::Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if gpu { 5 } else { 1 });
     let warmup = usize::from(gpu);
-    let stages = env("CHATTERBOX_BENCH_STAGES").unwrap_or_else(|| "flow,estimator,meanflow".into());
+    let rows: Vec<(usize, usize)> = env("CHATTERBOX_BENCH_FLOW_ROWS")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .split_once('x')
+                .and_then(|(b, n)| Some((b.parse().ok()?, n.parse().ok()?)))
+                .ok_or_else(|| anyhow::anyhow!("bad CHATTERBOX_BENCH_FLOW_ROWS {s:?}: BxN"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let stages =
+        env("CHATTERBOX_BENCH_STAGES").unwrap_or_else(|| "flow,estimator,meanflow,rows".into());
     let want = |s: &str| stages.split(',').any(|x| x.trim() == s);
 
     let mut records = Vec::new();
@@ -239,6 +317,9 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
+    if want("rows") {
+        flow_rows(&flow, &prompt, &rows, "10steps", &mut push, &sync)?;
+    }
     drop(flow);
     keep.clear();
 
@@ -273,6 +354,9 @@ fn main() -> anyhow::Result<()> {
             format!("{n} + {N_PROMPT} prompt tokens, batch 1 x {t} frames{dtype_note}"),
             timing,
         );
+        if want("rows") {
+            flow_rows(&flow, &prompt, &rows, "meanflow_2steps", &mut push, &sync)?;
+        }
     }
 
     chatterbox_testkit::emit_records(&records)?;

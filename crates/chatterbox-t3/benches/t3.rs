@@ -11,7 +11,11 @@
 //! `CHATTERBOX_T3_BENCH_UNFUSED=1` turns the fused CUDA decode kernels off (candle's ops).
 //! `CHATTERBOX_T3_BENCH_BATCH=16,64` also times [`BatchDecoder`] steps with that many requests
 //! decoding together (the server's continuous batching), per step and per request token;
-//! `CHATTERBOX_T3_BENCH_SOLO=0` then skips the one-request runs (for a profiler).
+//! `CHATTERBOX_T3_BENCH_SOLO=0` then skips the one-request runs (for a profiler). Each batch
+//! size also times queued admissions (`queue_*` then `admit_queued` until none is left: the
+//! server's batched prefill), per request; `CHATTERBOX_BENCH_PROFILE=1` (CUDA) runs the first
+//! `admit_queued` call between `cuProfilerStart` and `cuProfilerStop`, for `ncu
+//! --profile-from-start off`.
 #[path = "../tests/common/random_weights.rs"]
 mod random_weights;
 
@@ -113,22 +117,41 @@ fn batch_sizes() -> Vec<usize> {
         .collect()
 }
 
-/// Times batched decode steps: `opts.slots` requests admitted by `admit` (request `i`), then
-/// `decode_tokens()` steps with every slot busy; steps that captured a CUDA graph (a new
-/// attention bucket) are left out of the median.
+/// Runs `f` between `cuProfilerStart` and `cuProfilerStop` with `CHATTERBOX_BENCH_PROFILE=1`
+/// on CUDA; else just `f`.
+fn profiled<T>(dev: &Device, f: impl FnOnce() -> T) -> anyhow::Result<T> {
+    #[cfg(feature = "cuda")]
+    if dev.is_cuda() && std::env::var("CHATTERBOX_BENCH_PROFILE").as_deref() == Ok("1") {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        dev.synchronize()?;
+        // SAFETY: plain driver calls on the current context; they only toggle profiling.
+        unsafe { sys::cuProfilerStart() }.result()?;
+        let r = f();
+        dev.synchronize()?;
+        unsafe { sys::cuProfilerStop() }.result()?;
+        return Ok(r);
+    }
+    let _ = dev;
+    Ok(f())
+}
+
+/// Times batched decode steps: `opts.slots` requests admitted by `admit` (request `i`, at once
+/// with `false`), then `decode_tokens()` steps with every slot busy; steps that captured a
+/// CUDA graph (a new attention bucket) are left out of the median. Then the same requests
+/// queued (`admit` with `true`) and admitted by `admit_queued` calls.
 fn run_batch(
     bench: &mut Bench,
     name: &str,
     t3: &T3,
     opts: BatchOptions,
-    mut admit: impl FnMut(&mut BatchDecoder<'_>, u64) -> anyhow::Result<()>,
+    mut admit: impl FnMut(&mut BatchDecoder<'_>, u64, bool) -> anyhow::Result<()>,
     dev: &Device,
 ) -> anyhow::Result<()> {
     let (n, graphs) = (opts.slots, opts.cuda_graphs);
-    let mut batch = BatchDecoder::new(t3, opts)?;
+    let mut batch = BatchDecoder::new(t3, opts.clone())?;
     let t = Instant::now();
     for i in 0..n {
-        admit(&mut batch, i as u64)?;
+        admit(&mut batch, i as u64, false)?;
     }
     sync(dev)?;
     let admit_ms = t.elapsed().as_secs_f64() * 1e3 / n as f64;
@@ -160,6 +183,35 @@ fn run_batch(
         &format!("{name}_batch{n}_{mode}_per_request_token"),
         format!("{n} requests"),
         &mut per_token,
+    );
+    drop(batch);
+    // the same requests queued, then prefilled together
+    let mut batch = BatchDecoder::new(t3, opts)?;
+    let t = Instant::now();
+    for i in 0..n {
+        admit(&mut batch, i as u64, true)?;
+    }
+    let queue_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut calls = 0;
+    while batch.queued() > 0 {
+        let events = if calls == 0 {
+            profiled(dev, || batch.admit_queued())?
+        } else {
+            batch.admit_queued()
+        };
+        for e in events {
+            if let chatterbox_t3::BatchEvent::Failed { error, .. } = e {
+                return Err(error.into());
+            }
+        }
+        calls += 1;
+    }
+    sync(dev)?;
+    let mut per_request = vec![t.elapsed().as_secs_f64() * 1e3 / n as f64];
+    bench.push(
+        &format!("{name}_batch{n}_queued_admission_per_request"),
+        format!("{n} requests queued ({queue_ms:.1} ms), then {calls} admit_queued calls"),
+        &mut per_request,
     );
     Ok(())
 }
@@ -299,11 +351,15 @@ fn main() -> anyhow::Result<()> {
                     .with_slots(n)
                     .with_positions(prefix + decode_tokens() + 8)
                     .with_cuda_graphs(graphs),
-                |b, i| {
+                |b, i, queued| {
                     let mut o = opts.clone();
                     o.sampling = Sampling::Seeded(i);
                     o.max_new_tokens += 1; // still decoding after the last timed step
-                    b.admit_generate(&cond_emb, &text, &o)?;
+                    if queued {
+                        b.queue_generate(&cond_emb, &text, &o)?;
+                    } else {
+                        b.admit_generate(&cond_emb, &text, &o)?;
+                    }
                     Ok(())
                 },
                 &dev,
@@ -362,11 +418,15 @@ fn main() -> anyhow::Result<()> {
                     .with_slots(n)
                     .with_positions(prefix + decode_tokens() + 8)
                     .with_cuda_graphs(graphs),
-                |b, i| {
+                |b, i, queued| {
                     let mut o = opts.clone();
                     o.sampling = Sampling::Seeded(i);
                     o.max_gen_len += 1;
-                    b.admit_turbo(&cond_emb, &text, &o)?;
+                    if queued {
+                        b.queue_turbo(&cond_emb, &text, &o)?;
+                    } else {
+                        b.admit_turbo(&cond_emb, &text, &o)?;
+                    }
                     Ok(())
                 },
                 &dev,
