@@ -23,7 +23,9 @@
 //!   `inference_rows` over B streaming chunks (250 prompt + N tokens each, not final) of the
 //!   10-step flow with guidance and of the meanflow flow (the batched server's flow calls),
 //!   and the encoder alone on the same rows (stage `rows`, on by default when the variable is
-//!   set);
+//!   set); `CHATTERBOX_BENCH_PROFILE=rows_<model>` / `encoder_<model>` (CUDA; `<model>`:
+//!   `10steps` or `meanflow_2steps`) runs one more call of that model's first shape's
+//!   `inference_rows` / encoder between `cuProfilerStart` and `cuProfilerStop`;
 //! * `CHATTERBOX_BENCH_PROFILE=1` (CUDA): one more call of each of those shapes between
 //!   `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off`;
 //! * `CHATTERBOX_FLOW_WEIGHTS`: a safetensors file with real `flow.*` weights (an S3Gen
@@ -129,6 +131,14 @@ fn flow_rows(
         if let Some(e) = failed {
             return Err(e.into());
         }
+        let profile = env("CHATTERBOX_BENCH_PROFILE");
+        let first = (b, n) == rows[0];
+        if first && profile.as_deref() == Some(format!("rows_{what}").as_str()) {
+            profile_one(dev, || {
+                flow.inference_rows(&batch, None)?.iter().for_each(sync);
+                Ok(())
+            })?;
+        }
         push(
             format!("flow_rows_{what}_b{b}_{n}tok"),
             format!("inference_rows, {b} chunks of {n} + {N_PROMPT} prompt tokens ({t} frames)"),
@@ -147,6 +157,12 @@ fn flow_rows(
         });
         if let Some(e) = failed {
             return Err(e.into());
+        }
+        if first && profile.as_deref() == Some(format!("encoder_{what}").as_str()) {
+            profile_one(dev, || {
+                sync(&flow.encode(&token, prompt, false)?.mu);
+                Ok(())
+            })?;
         }
         push(
             format!("flow_rows_{what}_b{b}_{n}tok_encoder"),

@@ -3,7 +3,10 @@
 //! matcha/transformer.py's `FeedForward`, `y + bias + residual` of its residual adds, a
 //! convolution's bias, decoder.py's `Mish`, and for decoder.py's `CausalBlock1D` /
 //! `CausalResnetBlock1D` (upstream 5de7a54) the convolution's input columns (im2col of
-//! `(x + time embedding) * mask`) and the block's tail `mish(LayerNorm(y + bias)) * mask`.
+//! `(x + time embedding) * mask`) and the block's tail `mish(LayerNorm(y + bias)) * mask`; for
+//! the encoder's relative-position attention (transformer/attention.py) the score sum
+//! `(ac + rel_shift(bd)) * scale + key bias` in place, instead of candle's pad, reshape,
+//! copy, strided add, affine and broadcast add over the `(b, h, t, 2t - 1)` position scores.
 //! candle runs each as 2-10 kernels (pad, narrow, cat, broadcast add and multiply, upcast, the
 //! activation, downcast), each a pass over the tensor: ncu on the H100 put a ResNet block of
 //! 16 x 1000 frames at ~1.2 ms, of which its two GEMMs took 30 us.
@@ -194,6 +197,24 @@ __device__ void mish(T* y, unsigned long long n) {
     }
 }
 
+// Relative-position attention scores, in place over ac (rows of t; row r is query i = r % t of
+// its (batch, head), h heads a batch): ac = (ac + bd[r][t - 1 - i + j]) * scale, each step
+// rounded to T as candle's add and affine round, then + key_bias[batch][j] when key_bias
+// (batch, t) is given (0 or -inf: exact in T).
+template <typename T>
+__device__ void rel_scores(T* ac, const T* bd, const T* key_bias, unsigned int t, unsigned int h,
+                           float scale, unsigned long long n) {
+    unsigned long long p = 2ull * t - 1;
+    GRID_LOOP(k, n) {
+        unsigned long long r = k / t;
+        unsigned int j = (unsigned int)(k - r * t), i = (unsigned int)(r % t);
+        float v = rnd(ld(ac, k) + ld(bd, r * p + (t - 1 - i + j)), ac);
+        v = rnd(v * scale, ac);
+        if (key_bias) v += ld(key_bias, (r / ((unsigned long long)h * t)) * t + j);
+        st(ac, k, v);
+    }
+}
+
 #define BIAS_KERNELS(T, S, V, VS) \
 extern "C" __global__ void flow_bias_gelu##VS##_##S(T* y, const T* b, unsigned int cols, \
         unsigned long long n) { bias_gelu<T, V>(y, b, cols, n); } \
@@ -214,7 +235,10 @@ extern "C" __global__ void flow_columns16_##S(T* o, const T* x, const T* a, cons
         unsigned int ar) { columns<T, 16 / sizeof(T)>(o, x, a, m, t, t_out, c, k, pl, ar); } \
 extern "C" __global__ void flow_block_tail_##S(T* y, const T* b, const T* w, const T* nb, \
         const T* m, unsigned int rows, unsigned int c, float eps) { \
-    block_tail(y, b, w, nb, m, rows, c, eps); }
+    block_tail(y, b, w, nb, m, rows, c, eps); } \
+extern "C" __global__ void flow_rel_scores_##S(T* ac, const T* bd, const T* kb, unsigned int t, \
+        unsigned int h, float scale, unsigned long long n) { \
+    rel_scores(ac, bd, kb, t, h, scale, n); }
 
 KERNELS(float, f32)
 KERNELS(bf16, bf16)
@@ -763,6 +787,162 @@ pub(crate) fn mish_inplace(y: Tensor) -> candle_core::Result<Tensor> {
     Ok(y)
 }
 
+/// `(ac + rel_shift(bd)) * scale (+ key_bias)` in place over `ac` (see the kernel).
+struct RelScores {
+    t: usize,
+    heads: usize,
+    scale: f32,
+}
+
+impl RelScores {
+    fn launch<T: Elem>(
+        &self,
+        ac: &mut CudaStorage,
+        al: &Layout,
+        bd: (&CudaStorage, &Layout),
+        key_bias: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<()> {
+        let n = al.shape().elem_count();
+        let rows = n / self.t.max(1);
+        let batches = rows / (self.heads * self.t).max(1);
+        if n == 0 {
+            return Ok(());
+        }
+        let dev: CudaDevice = ac.device.clone();
+        let name = format!("flow_rel_scores_{}", suffix(T::DTYPE)?);
+        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
+        let bd = view::<T>(bd.0, bd.1, rows * (2 * self.t - 1), "position scores")?;
+        let kb = key_bias
+            .map(|(s, l)| view::<T>(s, l, batches * self.t, "key bias"))
+            .transpose()?;
+        let Some((a, z)) = al.contiguous_offsets() else {
+            candle_core::bail!("flow-rel-scores: non-contiguous scores")
+        };
+        let mut acv = ac.as_cuda_slice_mut::<T>()?.slice_mut(a..z);
+        let null = 0u64;
+        let (t32, h32, n64) = (self.t as u32, self.heads as u32, n as u64);
+        let mut builder = func.builder();
+        builder.arg(&mut acv);
+        builder.arg(&bd);
+        match &kb {
+            Some(k) => builder.arg(k),
+            None => builder.arg(&null),
+        };
+        builder.arg(&t32);
+        builder.arg(&h32);
+        builder.arg(&self.scale);
+        builder.arg(&n64);
+        // SAFETY: the kernel writes the `n` scores in place and reads `rows (2t - 1)` position
+        // scores and `batches t` key-bias values (lengths checked above).
+        unsafe { builder.launch(launch_config(n)) }.w()?;
+        Ok(())
+    }
+
+    fn dispatch(
+        &self,
+        ac: &mut CudaStorage,
+        al: &Layout,
+        bd: (&CudaStorage, &Layout),
+        key_bias: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<()> {
+        match ac.dtype() {
+            DType::F32 => self.launch::<f32>(ac, al, bd, key_bias),
+            DType::BF16 => self.launch::<half::bf16>(ac, al, bd, key_bias),
+            DType::F16 => self.launch::<half::f16>(ac, al, bd, key_bias),
+            d => candle_core::bail!("flow-rel-scores: dtype {d:?}"),
+        }
+    }
+}
+
+impl InplaceOp2 for RelScores {
+    fn name(&self) -> &'static str {
+        "flow-rel-scores"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<()> {
+        candle_core::bail!("flow-rel-scores: CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        ac: &mut CudaStorage,
+        al: &Layout,
+        bd: &CudaStorage,
+        bl: &Layout,
+    ) -> candle_core::Result<()> {
+        self.dispatch(ac, al, (bd, bl), None)
+    }
+}
+
+impl InplaceOp3 for RelScores {
+    fn name(&self) -> &'static str {
+        "flow-rel-scores"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<()> {
+        candle_core::bail!("flow-rel-scores: CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        ac: &mut CudaStorage,
+        al: &Layout,
+        bd: &CudaStorage,
+        bl: &Layout,
+        kb: &CudaStorage,
+        kl: &Layout,
+    ) -> candle_core::Result<()> {
+        self.dispatch(ac, al, (bd, bl), Some((kb, kl)))
+    }
+}
+
+/// `(ac + rel_shift(bd)) * scale + key_bias` for `ac (b, h, t, t)` (overwritten), `bd (b, h, t,
+/// 2t - 1)` and `key_bias (b, 1, 1, t)` of `ac`'s dtype; `None` (nothing done) where the
+/// kernel does not take the operands.
+pub(crate) fn rel_scores(
+    ac: Tensor,
+    bd: &Tensor,
+    scale: f32,
+    key_bias: Option<&Tensor>,
+) -> candle_core::Result<Result<Tensor, Tensor>> {
+    let Ok((b, h, t, t2)) = ac.dims4() else {
+        return Ok(Err(ac));
+    };
+    let fits = applies(&ac)
+        && t2 == t
+        && t > 0
+        && bd.dims() == [b, h, t, 2 * t - 1]
+        && bd.dtype() == ac.dtype()
+        && bd.is_contiguous()
+        && key_bias.is_none_or(|k| {
+            k.dims() == [b, 1, 1, t] && k.dtype() == ac.dtype() && k.is_contiguous()
+        });
+    if !fits || !PTX.compiled(|e| tracing::warn!("{e}: the encoder's attention runs candle's ops"))
+    {
+        return Ok(Err(ac));
+    }
+    let op = RelScores { t, heads: h, scale };
+    match key_bias {
+        Some(k) => ac.inplace_op3(bd, k, &op)?,
+        None => ac.inplace_op2(bd, &op)?,
+    }
+    Ok(Ok(ac))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -917,6 +1097,52 @@ mod tests {
                     let leak = masked.abs()?.max_all()?.to_scalar::<f32>()?;
                     assert_eq!(leak, 0.0, "padding frames must be zero");
                 }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn rel_scores_equal_the_candle_ops() -> candle_core::Result<()> {
+        let dev = Device::new_cuda(0)?;
+        let (b, h, t) = (3usize, 2usize, 23usize);
+        let scale = 0.125f64;
+        for dtype in [DType::F32, DType::BF16] {
+            let ac = (Tensor::randn(0f32, 1.0, (b, h, t, t), &dev)? * 3.0)?.to_dtype(dtype)?;
+            let bd =
+                (Tensor::randn(0f32, 1.0, (b, h, t, 2 * t - 1), &dev)? * 3.0)?.to_dtype(dtype)?;
+            // row 1 pads its last 5 keys, row 2 none, row 0 its last one
+            let mut kb = vec![0f32; b * t];
+            for j in t - 5..t {
+                kb[t + j] = f32::NEG_INFINITY;
+            }
+            kb[t - 1] = f32::NEG_INFINITY;
+            let kb = Tensor::from_vec(kb, (b, 1, 1, t), &dev)?.to_dtype(dtype)?;
+            for bias in [None, Some(&kb)] {
+                // candle's ops: rel_shift by pad-and-reshape, add, affine, bias add
+                let p = 2 * t - 1;
+                let shifted = bd
+                    .pad_with_zeros(candle_core::D::Minus1, 1, 0)?
+                    .reshape((b, h, p + 1, t))?
+                    .narrow(2, 1, p)?
+                    .contiguous()?
+                    .reshape((b, h, t, p))?
+                    .narrow(3, 0, t)?;
+                let want = (&ac + shifted)?.affine(scale, 0.0)?;
+                let want = match bias {
+                    Some(k) => want.broadcast_add(k)?,
+                    None => want,
+                };
+                let got = match rel_scores(ac.copy()?, &bd, scale as f32, bias)? {
+                    Ok(g) => g,
+                    Err(_) => candle_core::bail!("the kernel did not take {dtype:?}"),
+                };
+                let (got, want) = (
+                    got.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+                    want.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?,
+                );
+                assert_eq!(got, want, "{dtype:?}, bias {}", bias.is_some());
             }
         }
         Ok(())

@@ -13,6 +13,20 @@ use candle_nn::{Init, VarBuilder};
 
 pub(crate) use crate::linear::{matmul, Linear};
 
+/// `x @ weight^T + bias`: the bias added by one kernel on CUDA (candle's broadcast add is a
+/// strided pass), exactly as candle adds it.
+pub(crate) fn linear(linear: &Linear, x: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(b) = linear.bias() {
+        let y = linear.forward_no_bias(x)?;
+        if super::cuda_ops::applies(&y) && b.dtype() == y.dtype() {
+            return super::cuda_ops::bias_add_inplace(y, b);
+        }
+        return y.broadcast_add(b);
+    }
+    linear.forward(x)
+}
+
 /// `residual + (x @ weight^T + bias)`, fused on the CPU.
 pub(crate) fn linear_residual(linear: &Linear, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
     bias_residual_inplace(linear.forward_no_bias(x)?, linear.bias(), residual)

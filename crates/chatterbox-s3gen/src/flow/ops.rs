@@ -391,6 +391,24 @@ impl InplaceOp2 for RelShiftAdd {
     }
 }
 
+/// `softmax((ac + rel_shift(bd)) * scale + key_bias)` of the relative-position attention
+/// ([`rel_shift_scores`], then [`softmax_with_bias_inplace`]); on CUDA the scores are one
+/// kernel in place over `ac`.
+pub(crate) fn rel_attention_probs(
+    ac: Tensor,
+    bd: &Tensor,
+    scale: f64,
+    key_bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    let ac = match super::cuda_ops::rel_scores(ac, bd, scale as f32, key_bias)? {
+        Ok(scores) => return softmax_with_bias_inplace(scores, None),
+        Err(ac) => ac,
+    };
+    let scores = rel_shift_scores(ac, bd, scale)?;
+    softmax_with_bias_inplace(scores, key_bias)
+}
+
 /// `(ac + rel_shift(bd)) * scale` for the relative-position attention: `ac (b, h, t, t)` (the
 /// content scores, overwritten on the CPU), `bd (b, h, t, 2t - 1)` (the position scores).
 pub(crate) fn rel_shift_scores(ac: Tensor, bd: &Tensor, scale: f64) -> Result<Tensor> {

@@ -4,8 +4,8 @@
 //! `1 / sqrt(d_k)`, padded keys filled with `-inf` before the softmax. On the CPU in f32 the
 //! score path is one kernel (`rel_attention_cpu`).
 
-use super::super::nn::{matmul, Linear};
-use super::super::ops::{rel_shift_scores, softmax_with_bias_inplace};
+use super::super::nn::{linear, linear_residual, matmul, Linear};
+use super::super::ops::rel_attention_probs;
 use super::super::rel_attention_cpu::rel_attention_tensors;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Init, VarBuilder};
@@ -49,21 +49,32 @@ impl RelPositionMultiHeadedAttention {
         })
     }
 
-    /// `x (b, t, d)` attends to itself; `key_bias` is `(b, 1, 1, t)` (0 or -inf) or `None`;
-    /// `pos_emb` is `(1, 2t - 1, d)`.
-    pub(crate) fn forward(
+    /// `residual + attention(x)` for `x (b, t, d)` attending to itself; `key_bias` is
+    /// `(b, 1, 1, t)` (0 or -inf) or `None`; `pos_emb` is `(1, 2t - 1, d)`. On CUDA the output
+    /// projection's bias and the residual are added in one kernel.
+    pub(crate) fn forward_residual(
         &self,
         x: &Tensor,
         key_bias: Option<&Tensor>,
         pos_emb: &Tensor,
+        residual: &Tensor,
     ) -> Result<Tensor> {
+        let y = self.attend(x, key_bias, pos_emb)?;
+        if cfg!(feature = "cuda") && y.device().is_cuda() {
+            return linear_residual(&self.linear_out, &y, residual);
+        }
+        residual + self.linear_out.forward(&y)?
+    }
+
+    /// The heads' outputs `(b, t, h d_k)`, before the output projection.
+    fn attend(&self, x: &Tensor, key_bias: Option<&Tensor>, pos_emb: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (h, d_k) = (self.h, self.d_k);
         let scale = 1.0 / (d_k as f64).sqrt();
         let (q, k, v) = (
-            self.linear_q.forward(x)?,
-            self.linear_k.forward(x)?,
-            self.linear_v.forward(x)?,
+            linear(&self.linear_q, x)?,
+            linear(&self.linear_k, x)?,
+            linear(&self.linear_v, x)?,
         );
         let p = self.linear_pos.forward(pos_emb)?; // (1, 2t - 1, h d_k)
         let fused = rel_attention_tensors(
@@ -75,32 +86,35 @@ impl RelPositionMultiHeadedAttention {
             scale as f32,
         )?;
         if let Some(y) = fused {
-            return self.linear_out.forward(&y);
+            return Ok(y);
         }
         let heads = |y: Tensor| y.reshape((b, t, h, d_k));
-        let q = heads(q)?; // (b, t, h, d_k)
-                           // k and p transposed to (.., d_k, t): the layout the GEMM reads without repacking
+        // q + pos_bias_u / q + pos_bias_v as (b, h, t, d_k)
+        let biased = |bias: &Tensor| -> Result<Tensor> {
+            #[cfg(feature = "cuda")]
+            if super::super::cuda_ops::applies(&q) && bias.dtype() == q.dtype() {
+                let y = super::super::cuda_ops::bias_add_inplace(q.copy()?, &bias.flatten_all()?)?;
+                return y.reshape((b, t, h, d_k))?.transpose(1, 2)?.contiguous();
+            }
+            heads(q.clone())?
+                .broadcast_add(bias)?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q_u = biased(&self.pos_bias_u)?;
+        let q_v = biased(&self.pos_bias_v)?;
+        // k and p transposed to (.., d_k, t): the layout the GEMM reads without repacking
         let kt = heads(k)?.permute((0, 2, 3, 1))?.contiguous()?; // (b, h, d_k, t)
         let v = heads(v)?.transpose(1, 2)?.contiguous()?;
         let n_pos = pos_emb.dim(1)?;
         let p = p.reshape((1, n_pos, h, d_k))?.permute((0, 2, 3, 1))?; // (1, h, d_k, 2t-1)
         let pt = p.broadcast_as((b, h, d_k, n_pos))?.contiguous()?;
-        let q_u = q
-            .broadcast_add(&self.pos_bias_u)?
-            .transpose(1, 2)?
-            .contiguous()?;
-        let q_v = q
-            .broadcast_add(&self.pos_bias_v)?
-            .transpose(1, 2)?
-            .contiguous()?;
         let ac = matmul(&q_u, &kt)?; // (b, h, t, t)
         let bd = matmul(&q_v, &pt)?; // (b, h, t, 2t-1)
                                      // rel_shift (out[i][j] = bd[i][t - 1 - i + j], the reference's pad-and-reshape) fused
                                      // with the sum and the 1 / sqrt(d_k) scale
-        let scores = rel_shift_scores(ac, &bd, scale)?;
-        let attn = softmax_with_bias_inplace(scores, key_bias)?;
+        let attn = rel_attention_probs(ac, &bd, scale, key_bias)?;
         let y = matmul(&attn, &v)?; // (b, h, t, d_k)
-        let y = y.transpose(1, 2)?.reshape((b, t, h * d_k))?;
-        self.linear_out.forward(&y)
+        y.transpose(1, 2)?.reshape((b, t, h * d_k))
     }
 }

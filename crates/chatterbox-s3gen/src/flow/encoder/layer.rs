@@ -2,7 +2,7 @@
 //! module). Port of chatterbox/models/s3gen/transformer/encoder_layer.py `ConformerEncoderLayer`
 //! and positionwise_feed_forward.py `PositionwiseFeedForward` (upstream 5de7a54).
 
-use super::super::nn::{layer_norm, Linear};
+use super::super::nn::{layer_norm, linear, linear_residual, Linear};
 use super::attention::RelPositionMultiHeadedAttention;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{LayerNorm, VarBuilder};
@@ -23,9 +23,15 @@ impl PositionwiseFeedForward {
     }
 }
 
-impl Module for PositionwiseFeedForward {
-    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        self.w_2.forward(&self.w_1.forward(xs)?.silu()?)
+impl PositionwiseFeedForward {
+    /// `residual + w_2(silu(w_1(xs)))`; on CUDA the biases are added by one kernel each (the
+    /// second with the residual).
+    fn forward_residual(&self, xs: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let h = linear(&self.w_1, xs)?.silu()?;
+        if cfg!(feature = "cuda") && h.device().is_cuda() {
+            return linear_residual(&self.w_2, &h, residual);
+        }
+        residual + self.w_2.forward(&h)?
     }
 }
 
@@ -60,11 +66,10 @@ impl ConformerEncoderLayer {
         key_bias: Option<&Tensor>,
         pos_emb: &Tensor,
     ) -> Result<Tensor> {
-        let att = self
-            .self_attn
-            .forward(&self.norm_mha.forward(x)?, key_bias, pos_emb)?;
-        let x = (x + att)?;
-        let ff = self.feed_forward.forward(&self.norm_ff.forward(&x)?)?;
-        x + ff
+        let x =
+            self.self_attn
+                .forward_residual(&self.norm_mha.forward(x)?, key_bias, pos_emb, x)?;
+        self.feed_forward
+            .forward_residual(&self.norm_ff.forward(&x)?, &x)
     }
 }
