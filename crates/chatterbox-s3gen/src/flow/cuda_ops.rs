@@ -854,32 +854,6 @@ impl RelScores {
     }
 }
 
-impl InplaceOp2 for RelScores {
-    fn name(&self) -> &'static str {
-        "flow-rel-scores"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &mut candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<()> {
-        candle_core::bail!("flow-rel-scores: CUDA only")
-    }
-
-    fn cuda_fwd(
-        &self,
-        ac: &mut CudaStorage,
-        al: &Layout,
-        bd: &CudaStorage,
-        bl: &Layout,
-    ) -> candle_core::Result<()> {
-        self.dispatch(ac, al, (bd, bl), None)
-    }
-}
-
 impl InplaceOp3 for RelScores {
     fn name(&self) -> &'static str {
         "flow-rel-scores"
@@ -936,10 +910,16 @@ pub(crate) fn rel_scores(
         return Ok(Err(ac));
     }
     let op = RelScores { t, heads: h, scale };
-    match key_bias {
-        Some(k) => ac.inplace_op3(bd, k, &op)?,
-        None => ac.inplace_op2(bd, &op)?,
-    }
+    // no key bias: zeros (adding 0 leaves every score as it is)
+    let zeros;
+    let kb = match key_bias {
+        Some(k) => k,
+        None => {
+            zeros = Tensor::zeros((b, 1, 1, t), ac.dtype(), ac.device())?;
+            &zeros
+        }
+    };
+    ac.inplace_op3(bd, kb, &op)?;
     Ok(Ok(ac))
 }
 
