@@ -14,6 +14,7 @@ use chatterbox_pipeline::{
 use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 fn clip(min_samples: usize, gain: f32, rotate: usize) -> Audio {
     let wav = pipeline_fixture("english")["in.ref_24k"]
@@ -209,6 +210,9 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
             .with_bucket(32);
         let mut batch = tts.batch(opts).unwrap();
         batch.set_flow_rows(flow_rows);
+        // per-call timings (a wait for the device after each call) on half of the runs
+        let call_timings = flow_rows > 1;
+        batch.set_call_timings(call_timings);
         let got = batched(&mut batch, &voices, &jobs);
         check(solo, &voices, &jobs, &got, flow_rows == 1);
         assert_eq!(batch.decoding(), 0);
@@ -217,6 +221,19 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
             assert!(
                 t.flow_chunks > t.flow_calls,
                 "no flow call was shared: {t:?}"
+            );
+        }
+        assert!(t.flow_calls > 0 && t.vocoder_calls > 0, "{t:?}");
+        if call_timings {
+            assert!(
+                t.flow > Duration::ZERO && t.flow + t.vocoder <= t.audio,
+                "{t:?}"
+            );
+        } else {
+            assert_eq!(
+                (t.flow, t.vocoder),
+                (Duration::ZERO, Duration::ZERO),
+                "{t:?}"
             );
         }
     }

@@ -49,9 +49,10 @@ pub struct BatchTimings {
     pub decode: Duration,
     /// Audio: the flow calls, each stream's HiFT and watermark on the chunks that fell due.
     pub audio: Duration,
-    /// The flow calls' part of `audio` (each call waits for the device).
+    /// The flow calls' part of `audio`, to the end of their device work: measured only with
+    /// [`SpeechBatch::set_call_timings`] on (else zero).
     pub flow: Duration,
-    /// The HiFT calls' part of `audio` (each call waits for the device).
+    /// The HiFT calls' part of `audio`, likewise.
     pub vocoder: Duration,
     /// Flow calls run (each on up to [`SpeechBatch::flow_rows`] chunks).
     pub flow_calls: u64,
@@ -77,6 +78,7 @@ pub struct SpeechBatch<'a> {
     next_id: StreamId,
     timings: BatchTimings,
     flow_rows: usize,
+    call_timings: bool,
 }
 
 /// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
@@ -100,6 +102,7 @@ impl<'a> SpeechBatch<'a> {
             next_id: 0,
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
+            call_timings: false,
         })
     }
 
@@ -112,6 +115,13 @@ impl<'a> SpeechBatch<'a> {
     /// alone, exactly as the stream on its own). Default: [`FLOW_ROWS`].
     pub fn set_flow_rows(&mut self, rows: usize) {
         self.flow_rows = rows.max(1);
+    }
+
+    /// Times each flow and HiFT call to the end of its device work ([`BatchTimings::flow`],
+    /// [`BatchTimings::vocoder`]) by waiting for the device after it, which keeps the host
+    /// from preparing the next chunks meanwhile. Off by default.
+    pub fn set_call_timings(&mut self, on: bool) {
+        self.call_timings = on;
     }
 
     /// Adds `text` spoken in the voice of `conds` with `opts` (checked now: bad input is an
@@ -368,14 +378,13 @@ impl<'a> SpeechBatch<'a> {
                         .map_err(PipelineError::from)
                 }
             };
-            // wait for the device, so that `flow` is the calls' own time
-            let mels = mels.and_then(|m| {
-                if let Some(t) = m.first() {
-                    t.device().synchronize()?;
-                }
-                Ok(m)
-            });
-            self.timings.flow += t0.elapsed();
+            let mels = match mels {
+                Ok(m) if self.call_timings => wait_for(m.first()).map(|()| m),
+                m => m,
+            };
+            if self.call_timings {
+                self.timings.flow += t0.elapsed();
+            }
             self.timings.flow_calls += 1;
             self.timings.flow_chunks += group.len() as u64;
             match mels {
@@ -410,13 +419,13 @@ impl<'a> SpeechBatch<'a> {
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
                 .collect();
             let t0 = Instant::now();
-            let outs = vocode_batch(hift, &jobs).and_then(|o| {
-                if let Some((wav, _)) = o.first() {
-                    wav.device().synchronize()?;
-                }
-                Ok(o)
-            });
-            self.timings.vocoder += t0.elapsed();
+            let outs = match vocode_batch(hift, &jobs) {
+                Ok(o) if self.call_timings => wait_for(o.first().map(|(wav, _)| wav)).map(|()| o),
+                o => o,
+            };
+            if self.call_timings {
+                self.timings.vocoder += t0.elapsed();
+            }
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
             match outs {
@@ -448,6 +457,14 @@ impl<'a> SpeechBatch<'a> {
             failed.push(id);
         }
     }
+}
+
+/// Waits for the device work behind `t` (for [`SpeechBatch::set_call_timings`]).
+fn wait_for(t: Option<&candle_core::Tensor>) -> Result<()> {
+    if let Some(t) = t {
+        t.device().synchronize()?;
+    }
+    Ok(())
 }
 
 /// The calls to make of `items` (sorted by `key`): runs of one key, at most `max` long each.
