@@ -2,21 +2,28 @@
 //! `cuda` feature.
 #![cfg_attr(feature = "cuda", doc = include_str!("../README.md"))]
 
+mod arch;
 #[cfg(feature = "cuda")]
 mod device;
+pub mod disk_cache;
 #[cfg(feature = "cuda")]
 mod graph;
+#[cfg(feature = "cuda")]
+mod prepare;
 #[cfg(feature = "cuda")]
 mod ptx;
 #[cfg(feature = "cuda")]
 mod view;
 
+pub use arch::{cubin_target, Target};
 #[cfg(feature = "cuda")]
 pub use device::{compute_capability, multiprocessors, retain_freed_memory, shared_memory};
 #[cfg(feature = "cuda")]
 pub use graph::{capture, Graph};
 #[cfg(feature = "cuda")]
-pub use ptx::Ptx;
+pub use prepare::{prepare, Preparation, PREPARE_ENV};
+#[cfg(feature = "cuda")]
+pub use ptx::{Func, Ptx};
 #[cfg(feature = "cuda")]
 pub use view::{contiguous_view, Elem};
 
@@ -30,31 +37,87 @@ mod tests {
         "test kernel",
     );
     static BAD: Ptx = Ptx::new("this is not CUDA", None, "broken test kernel");
+    static HOPPER_ONLY: Ptx = Ptx::new(
+        "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }",
+        Some("compute_90a"),
+        "Hopper test kernel",
+    );
+
+    fn cuda() -> candle_core::Result<candle_core::cuda_backend::CudaDevice> {
+        match candle_core::Device::new_cuda(0)? {
+            candle_core::Device::Cuda(dev) => Ok(dev),
+            _ => candle_core::bail!("not a CUDA device"),
+        }
+    }
+
+    /// Runs `k` (which writes 1.0 to x[0]) from `p` on `dev`.
+    fn run_k(
+        p: &'static Ptx,
+        dev: &candle_core::cuda_backend::CudaDevice,
+    ) -> candle_core::Result<f32> {
+        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::WrapErr;
+        let stream = dev.cuda_stream();
+        let mut x = stream.alloc_zeros::<f32>(1).w()?;
+        let func = p.function(dev, "k")?;
+        let mut b = func.builder();
+        b.arg(&mut x);
+        // SAFETY: one thread writes the one f32 of `x`.
+        unsafe { b.launch(LaunchConfig::for_num_elems(1)) }.w()?;
+        Ok(stream.clone_dtoh(&x).w()?[0])
+    }
 
     #[test]
     #[ignore = "needs NVRTC and a CUDA GPU"]
-    fn compiles_once_and_reports_the_device() -> candle_core::Result<()> {
-        let first = GOOD.get()?;
-        assert!(first.contains(".entry k"), "{first}");
-        assert!(std::ptr::eq(first, GOOD.get()?), "compiled twice");
+    fn compiles_once_for_the_gpu_and_reports_failures_once() -> candle_core::Result<()> {
+        let dev = cuda()?;
+        let device = candle_core::Device::Cuda(dev.clone());
+        assert_eq!(run_k(&GOOD, &dev)?, 1.0);
+        let m = GOOD.module(&dev).map_err(candle_core::Error::Msg)?;
+        assert!(
+            std::sync::Arc::ptr_eq(&m, &GOOD.module(&dev).map_err(candle_core::Error::Msg)?),
+            "loaded twice"
+        );
         for _ in 0..2 {
-            let err = BAD.get().expect_err("bad source compiled").to_string();
+            let err = BAD
+                .function(&dev, "k")
+                .err()
+                .expect("bad source compiled")
+                .to_string();
             assert!(err.contains("broken test kernel"), "{err}");
         }
+        let err = GOOD
+            .function(&dev, "nope")
+            .err()
+            .expect("a missing kernel")
+            .to_string();
+        assert!(err.contains("no kernel nope"), "{err}");
         // a failure is reported once, however often it is asked
         let mut reports = 0;
         for _ in 0..3 {
-            assert!(!BAD.compiled(|_| reports += 1));
-            assert!(GOOD.compiled(|_| reports += 100));
+            assert!(!BAD.available(&device, |_| reports += 1));
+            assert!(GOOD.available(&device, |_| reports += 100));
+            assert!(!GOOD.available(&candle_core::Device::Cpu, |_| reports += 1000));
         }
         assert_eq!(reports, 1);
-        let candle_core::Device::Cuda(dev) = candle_core::Device::new_cuda(0)? else {
-            candle_core::bail!("not a CUDA device")
-        };
         let (major, minor) = compute_capability(&dev)?;
         assert!(major >= 3 && minor >= 0, "{major}.{minor}");
         assert_eq!(compute_capability(&dev)?, (major, minor));
         assert!(multiprocessors(&dev)? >= 1);
+        // sm_90a code runs on Hopper only, and is refused by name elsewhere
+        if (major, minor) == (9, 0) {
+            assert_eq!(run_k(&HOPPER_ONLY, &dev)?, 1.0);
+        } else {
+            let err = HOPPER_ONLY
+                .function(&dev, "k")
+                .err()
+                .expect("sm_90a elsewhere")
+                .to_string();
+            assert!(
+                err.contains("Hopper test kernel") && err.contains("sm_90"),
+                "{err}"
+            );
+        }
         Ok(())
     }
 

@@ -11,6 +11,7 @@ mod error;
 mod hub;
 #[cfg(feature = "hub")]
 pub use hub::{download_checkpoint, download_vc_checkpoint};
+mod kernels;
 mod memory;
 mod options;
 #[cfg(feature = "hub")]

@@ -100,6 +100,7 @@ impl ChatterboxVc {
             "S3Gen weights",
             "voice conversion",
         )?;
+        crate::kernels::prepare(device);
         let vb = var_builder(&path, DType::F32, device)?;
         let s3gen = S3Gen::new(cfg, vb, dtype).map_err(loading(&path))?;
         let target = match optional(dir, CONDS_FILE) {

@@ -11,3 +11,14 @@ pub use error::{Result, S3GenError};
 pub use flow::{CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt};
 pub use reference::{RefEncoder, RefEncoderConfig, DEC_COND_LEN, S3GEN_SR};
 pub use tokenizer::{S3Tokenizer, SpeechTokens};
+
+/// This crate's CUDA kernel sources, for [`chatterbox_cuda::prepare`] to compile before their
+/// first use.
+#[cfg(feature = "cuda")]
+pub fn cuda_kernels() -> Vec<&'static chatterbox_cuda::Ptx> {
+    vec![
+        &tokenizer::cuda_fsmn::PTX,
+        &flow::cuda_ops::PTX,
+        &flow::cuda_attention::PTX,
+    ]
+}

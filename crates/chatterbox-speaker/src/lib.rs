@@ -12,3 +12,10 @@ pub use voice_encoder::{
     frame_step, num_partials, partial_ranges, EmbedOptions, PartialEmbeds, VoiceEncConfig,
     VoiceEncoder,
 };
+
+/// This crate's CUDA kernel sources, for [`chatterbox_cuda::prepare`] to compile before their
+/// first use.
+#[cfg(feature = "cuda")]
+pub fn cuda_kernels() -> Vec<&'static chatterbox_cuda::Ptx> {
+    vec![&voice_encoder::cuda_lstm::PTX]
+}

@@ -28,3 +28,16 @@ pub use generate::{GenerateOptions, TokenStream, TurboOptions, DEFAULT_GRAPH_BUC
 pub use learned_pos_emb::LearnedPositionEmbeddings;
 pub use sampling::Sampling;
 pub use t3::T3;
+
+/// This crate's CUDA kernel sources, for [`chatterbox_cuda::prepare`] to compile before their
+/// first use.
+#[cfg(feature = "cuda")]
+pub fn cuda_kernels() -> Vec<&'static chatterbox_cuda::Ptx> {
+    vec![
+        &backbone::cuda_decode::PTX,
+        &backbone::cuda_gemv::PTX,
+        &backbone::cuda_prefill::PTX,
+        &sampling::cuda_top_k_top_p::PTX,
+        &sampling::cuda_probs_filter::PTX,
+    ]
+}

@@ -15,8 +15,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_vocoder_hift";
-
 const SOURCE: &str = r#"
 // col[b, c * k + j, t] = x[b, c, t * stride + j * dilation - padding] (0 outside): the input
 // of a convolution unrolled so that `W (C_out, C_in * K) @ col (C_in * K, T_out)` is the
@@ -40,11 +38,11 @@ extern "C" __global__ void hift_im2col_cf_f32(const float* x, float* col, unsign
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT kernels");
 
 /// Compiles (once per process) and loads the kernels on `dev`.
 pub(crate) fn load(dev: &CudaDevice) -> candle_core::Result<()> {
-    dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, PTX.get()?)?;
+    PTX.function(dev, "hift_im2col_cf_f32")?;
     Ok(())
 }
 
@@ -111,7 +109,7 @@ impl candle_core::CustomOp1 for Im2ColOp {
         }
         let n = b * c * self.k * t_out;
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("hift_im2col_cf_f32", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "hift_im2col_cf_f32")?;
         let xv = f32_view(x, xl, "input")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<f32>(n)? };

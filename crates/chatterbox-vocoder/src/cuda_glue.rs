@@ -14,8 +14,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_vocoder_glue";
-
 const SOURCE: &str = r#"
 // One signature for every kernel: inputs x, p, q; output y of n values; five sizes; a scalar.
 #define LOOP for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
@@ -105,7 +103,7 @@ extern "C" __global__ void hift_spectrum(const float* x, const float* p, const f
 }
 "#;
 
-static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT element-wise kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT element-wise kernels");
 
 /// One kernel of [`SOURCE`] over `x`, `p`, `q` (f32, contiguous, on the device): the caller
 /// checks the operands' sizes against what the kernel reads.
@@ -152,7 +150,7 @@ impl CustomOp3 for GlueOp {
             candle_core::bail!("{}: sizes past 32 bits", self.kernel)
         }
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func(self.kernel, MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, self.kernel)?;
         // SAFETY: the kernel writes every value of the output (checked per kernel by the
         // callers below).
         let y = unsafe { dev.alloc::<f32>(self.out.elem_count())? };

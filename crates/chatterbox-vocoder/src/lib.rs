@@ -33,3 +33,16 @@ pub use resblock::ResBlock;
 pub use snake::Snake;
 pub use source::{SineDraws, SineGen, SourceModuleHnNSF};
 pub use trim_fade::TrimFade;
+
+/// This crate's CUDA kernel sources, for [`chatterbox_cuda::prepare`] to compile before their
+/// first use (the wgmma convolution on Hopper only).
+#[cfg(feature = "cuda")]
+pub fn cuda_kernels() -> Vec<&'static chatterbox_cuda::Ptx> {
+    vec![
+        &source::cuda_sine::PTX,
+        &cuda::PTX,
+        &cuda_glue::PTX,
+        &cuda_conv::PTX_MMA,
+        &cuda_conv::PTX_WGMMA,
+    ]
+}

@@ -106,6 +106,8 @@ impl TtsCore {
         } else {
             require(dir, files.tokenizer, "text tokenizer", name)?
         };
+        // the kernels compile on other threads while the weights load
+        crate::kernels::prepare(device);
         // The small files first: a broken tokenizer or voice file fails before gigabytes of
         // weights are read.
         let text = TextFrontend::from_checkpoint_dir(dir, text_variant)

@@ -16,8 +16,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Tensor};
 use chatterbox_cuda::{contiguous_view, Elem, Ptx};
 
-const MODULE: &str = "chatterbox_flow_elementwise";
-
 const SOURCE: &str = r#"
 // 16-bit values as raw bits (no CUDA headers at run time); bf16 rounds to nearest even.
 __device__ __forceinline__ float ld(const float* p, unsigned long long i) { return p[i]; }
@@ -245,7 +243,7 @@ KERNELS(bf16, bf16)
 KERNELS(f16, f16)
 "#;
 
-static PTX: Ptx = Ptx::new(SOURCE, None, "flow element-wise kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "flow element-wise kernels");
 
 /// Whether the kernels take `x`: contiguous f32, bf16 or f16 on CUDA.
 pub(crate) fn applies(x: &Tensor) -> bool {
@@ -330,7 +328,7 @@ impl Op {
             if vec { "16" } else { "" },
             suffix(T::DTYPE)?
         );
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
+        let func = PTX.function(&dev, &name)?;
         let bias = bias
             .map(|(s, l)| view::<T>(s, l, cols, "bias"))
             .transpose()?;
@@ -548,7 +546,7 @@ impl Columns<'_> {
             if vec { "16" } else { "" },
             suffix(T::DTYPE)?
         );
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
+        let func = PTX.function(&dev, &name)?;
         // SAFETY: the kernel writes every one of the rows * kc values.
         let out = unsafe { dev.alloc::<T>(rows * kc)? };
         if rows > 0 && kc > 0 {
@@ -692,7 +690,7 @@ impl BlockTail<'_> {
         };
         let dev: CudaDevice = y.device.clone();
         let name = format!("flow_block_tail_{}", suffix(T::DTYPE)?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
+        let func = PTX.function(&dev, &name)?;
         let Some((a, z)) = yl.contiguous_offsets() else {
             candle_core::bail!("flow block tail: non-contiguous input")
         };
@@ -810,7 +808,7 @@ impl RelScores {
         }
         let dev: CudaDevice = ac.device.clone();
         let name = format!("flow_rel_scores_{}", suffix(T::DTYPE)?);
-        let func = dev.get_or_load_custom_func(&name, MODULE, PTX.get()?)?;
+        let func = PTX.function(&dev, &name)?;
         let bd = view::<T>(bd.0, bd.1, rows * (2 * self.t - 1), "position scores")?;
         let kb = key_bias
             .map(|(s, l)| view::<T>(s, l, batches * self.t, "key bias"))
@@ -905,7 +903,10 @@ pub(crate) fn rel_scores(
         && key_bias.is_none_or(|k| {
             k.dims() == [b, 1, 1, t] && k.dtype() == ac.dtype() && k.is_contiguous()
         });
-    if !fits || !PTX.compiled(|e| tracing::warn!("{e}: the encoder's attention runs candle's ops"))
+    if !fits
+        || !PTX.available(ac.device(), |e| {
+            tracing::warn!("{e}: the encoder's attention runs candle's ops")
+        })
     {
         return Ok(Err(ac));
     }

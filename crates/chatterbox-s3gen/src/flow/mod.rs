@@ -15,9 +15,9 @@
 mod cfm;
 mod config;
 #[cfg(feature = "cuda")]
-mod cuda_attention;
+pub(crate) mod cuda_attention;
 #[cfg(feature = "cuda")]
-mod cuda_ops;
+pub(crate) mod cuda_ops;
 mod decoder;
 mod encoder;
 mod estimator_calls;

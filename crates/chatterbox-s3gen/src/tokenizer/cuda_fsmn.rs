@@ -10,8 +10,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_s3tokenizer_fsmn";
-
 const SOURCE: &str = r#"
 // y[b, t, c] = x[b, t, c] + sum_k w[k, c] * x[b, t + k - left, c] (zero outside 0..frames)
 extern "C" __global__ void s3tok_fsmn_f32(const float* x, const float* w, float* y,
@@ -33,7 +31,7 @@ extern "C" __global__ void s3tok_fsmn_f32(const float* x, const float* w, float*
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "tokenizer's FSMN kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "tokenizer's FSMN kernel");
 
 /// Whether [`fsmn`] takes `x`: f32 on CUDA.
 pub(crate) fn applies(x: &Tensor, weight: &Tensor) -> bool {
@@ -74,7 +72,7 @@ impl CustomOp2 for Fsmn {
         let xv = contiguous_view::<f32>(x, xl, "fsmn: the input")?;
         let wv = contiguous_view::<f32>(w, wl, "fsmn: the weight")?;
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("s3tok_fsmn_f32", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "s3tok_fsmn_f32")?;
         let total = b * t * c;
         // SAFETY: the kernel writes every one of the `total` outputs.
         let out = unsafe { dev.alloc::<f32>(total)? };

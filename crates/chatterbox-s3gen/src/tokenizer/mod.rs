@@ -16,7 +16,7 @@ mod block;
 mod config;
 mod conv;
 #[cfg(feature = "cuda")]
-mod cuda_fsmn;
+pub(crate) mod cuda_fsmn;
 mod encoder;
 mod fsmn;
 mod gelu;

@@ -13,7 +13,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_speaker_lstm";
 /// Most threads a block may have: `4H` gates each.
 const MAX_THREADS: usize = 1024;
 
@@ -67,7 +66,7 @@ extern "C" __global__ void ve_lstm_layer(const float* __restrict__ xp,
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "VoiceEncoder LSTM kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "VoiceEncoder LSTM kernel");
 
 /// Whether [`layer`] takes `xp` (`[B, T, 4H]`) and `w_hh_t` (`[H, 4H]`): f32 on CUDA,
 /// contiguous, `4H` at most 1024 threads, and the kernel compiled (a failure is logged once;
@@ -81,7 +80,10 @@ pub(super) fn applies(xp: &Tensor, w_hh_t: &Tensor) -> bool {
         && matches!((xp.dims(), w_hh_t.dims()),
             (&[b, t, g], &[hd, g2]) if b > 0 && t > 0 && hd > 0 && g == 4 * hd && g2 == g
                 && g <= MAX_THREADS);
-    shaped && PTX.compiled(|e| tracing::warn!("{e}: the VoiceEncoder's LSTM runs candle's ops"))
+    shaped
+        && PTX.available(xp.device(), |e| {
+            tracing::warn!("{e}: the VoiceEncoder's LSTM runs candle's ops")
+        })
 }
 
 struct Layer {
@@ -123,7 +125,7 @@ impl CustomOp2 for Layer {
         let x = contiguous_view::<f32>(xs, xl, "ve-lstm-layer: projected inputs")?;
         let w = contiguous_view::<f32>(ws, wl, "ve-lstm-layer: W_hh^T")?;
         let dev: &CudaDevice = &xs.device;
-        let func = dev.get_or_load_custom_func("ve_lstm_layer", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "ve_lstm_layer")?;
         let (n, shape) = if self.all {
             (b * t * hd, Shape::from((b, t, hd)))
         } else {

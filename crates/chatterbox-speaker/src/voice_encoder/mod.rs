@@ -2,7 +2,7 @@
 //! speaker embeddings for T3's conditioning.
 mod config;
 #[cfg(feature = "cuda")]
-mod cuda_lstm;
+pub(crate) mod cuda_lstm;
 mod lstm;
 mod model;
 mod partials;

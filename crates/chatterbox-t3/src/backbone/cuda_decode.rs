@@ -35,7 +35,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Storage, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_t3_decode";
 /// Most rows a fused step takes.
 pub(crate) const MAX_ROWS: usize = 2;
 /// Warps (tasks) per GEMV block. This and the limits below mirror the kernels' `WARPS`, `SU`
@@ -426,12 +425,14 @@ extern "C" __global__ void t3_decode_attention(const unsigned short* __restrict_
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "T3 fused decode kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "T3 fused decode kernels");
 
-/// Whether the fused kernels compiled; the first failure is logged once (the step then runs
-/// candle's ops).
-pub(crate) fn available() -> bool {
-    PTX.compiled(|e| tracing::warn!("{e}: T3 decodes with unfused ops"))
+/// Whether the fused kernels compile and load on `device`; the first failure is logged once
+/// (the step then runs candle's ops).
+pub(crate) fn available(device: &candle_core::Device) -> bool {
+    PTX.available(device, |e| {
+        tracing::warn!("{e}: T3 decodes with unfused ops")
+    })
 }
 
 /// The norm a [`gemv`] applies to `x` first.
@@ -562,7 +563,7 @@ impl CustomOp2 for Gemv<'_> {
             None => None,
         };
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("t3_decode_gemv", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_decode_gemv")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * outs)? };
         let null = 0u64;
@@ -713,7 +714,7 @@ impl CustomOp1 for Attention<'_> {
             None => (None, 0),
         };
         let dev: &CudaDevice = &qkv.device;
-        let func = dev.get_or_load_custom_func("t3_decode_attention", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_decode_attention")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * h * d)? };
         let null = 0u64;
@@ -847,7 +848,7 @@ pub(crate) fn attention_applies(
                 && c.values_buffer().is_contiguous()
                 && k.layout().start_offset().is_multiple_of(8)
         })
-        && available()
+        && available(x.device())
 }
 
 #[cfg(test)]

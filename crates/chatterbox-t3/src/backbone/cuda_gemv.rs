@@ -10,7 +10,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_t3_gemv";
 /// Most rows of `x` the kernel takes.
 pub(crate) const MAX_ROWS: usize = 2;
 
@@ -64,7 +63,7 @@ extern "C" __global__ void t3_gemv_bf16(const unsigned short* x, const unsigned 
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "T3 GEMV kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "T3 GEMV kernel");
 
 /// Whether [`gemv`] takes `x` `(rows, k)` against `w` `(n, k)`: bf16, contiguous, 16-byte
 /// aligned rows, at most [`MAX_ROWS`] rows, on CUDA.
@@ -127,7 +126,7 @@ impl CustomOp3 for Gemv {
             contiguous_view::<half::bf16>(b, bl, "t3-gemv-bf16: bias")?,
         );
         let dev: &CudaDevice = &x.device;
-        let func = dev.get_or_load_custom_func("t3_gemv_bf16", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_gemv_bf16")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * n)? };
         let args = [rows, n, k].map(|v| v as u32);

@@ -18,7 +18,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_t3_prefill";
 /// Threads per block of the row softmax (one block per row).
 const ROW_THREADS: u32 = 256;
 /// Threads per block of the elementwise kernels.
@@ -93,7 +92,7 @@ extern "C" __global__ void t3_bias_add_bf16(const unsigned short* __restrict__ x
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "T3 prefill kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "T3 prefill kernels");
 
 /// Whether the kernels take `x`: bf16 on CUDA, contiguous, and compiled (a failure is logged
 /// once; the caller then runs candle's ops).
@@ -102,7 +101,9 @@ fn applies(x: &Tensor) -> bool {
         && x.dtype() == DType::BF16
         && x.is_contiguous()
         && x.elem_count() > 0
-        && PTX.compiled(|e| tracing::warn!("{e}: T3 prefills with candle's elementwise ops"))
+        && PTX.available(x.device(), |e| {
+            tracing::warn!("{e}: T3 prefills with candle's elementwise ops")
+        })
 }
 
 /// A grid of `THREADS`-thread blocks for `total` elements (grid-stride loops beyond).
@@ -145,7 +146,7 @@ impl CustomOp1 for CausalSoftmax {
         }
         let x = contiguous_view::<half::bf16>(s, l, "t3-causal-softmax: scores")?;
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_causal_softmax_bf16", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_causal_softmax_bf16")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(rows * n)? };
         let (t32, n32, off32) = (t as u32, n as u32, self.offset as u32);
@@ -213,7 +214,7 @@ impl CustomOp1 for SiluMul {
         }
         let gu = contiguous_view::<half::bf16>(s, l, "t3-silu-mul-cuda: input")?;
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_silu_mul_bf16", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_silu_mul_bf16")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(total)? };
         let (i32_, total64) = (i as u32, total as u64);
@@ -272,7 +273,7 @@ impl CustomOp2 for BiasAdd {
         let x = contiguous_view::<half::bf16>(s, l, "t3-bias-add: input")?;
         let b = contiguous_view::<half::bf16>(bs, bl, "t3-bias-add: bias")?;
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_bias_add_bf16", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_bias_add_bf16")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<half::bf16>(total)? };
         let (n32, total64) = (n as u32, total as u64);

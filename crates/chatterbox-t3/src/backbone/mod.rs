@@ -3,11 +3,11 @@
 mod attention;
 mod cpu_attention;
 #[cfg(feature = "cuda")]
-mod cuda_decode;
+pub(crate) mod cuda_decode;
 #[cfg(feature = "cuda")]
-mod cuda_gemv;
+pub(crate) mod cuda_gemv;
 #[cfg(feature = "cuda")]
-mod cuda_prefill;
+pub(crate) mod cuda_prefill;
 mod exp8;
 mod gelu;
 mod gemv;

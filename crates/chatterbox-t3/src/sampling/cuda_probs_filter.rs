@@ -12,7 +12,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_t3_probs_filter";
 /// Threads per block (one block per row).
 const THREADS: usize = 1024;
 
@@ -60,7 +59,7 @@ extern "C" __global__ void t3_probs_filter(const float* __restrict__ x, float* _
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "T3 probability filter kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "T3 probability filter kernel");
 
 /// The filter a [`filter`] call applies.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +78,10 @@ pub(crate) fn applies(scores: &Tensor) -> bool {
         && scores.rank() == 2
         && scores.is_contiguous()
         && scores.elem_count() > 0;
-    shaped && PTX.compiled(|e| tracing::warn!("{e}: T3 filters logits with candle's ops"))
+    shaped
+        && PTX.available(scores.device(), |e| {
+            tracing::warn!("{e}: T3 filters logits with candle's ops")
+        })
 }
 
 struct Op(Filter);
@@ -104,7 +106,7 @@ impl CustomOp1 for Op {
         }
         let x = contiguous_view::<f32>(s, l, "t3-probs-filter: scores")?;
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_probs_filter", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_probs_filter")?;
         // SAFETY: every element is written by the kernel below before it is read.
         let out = unsafe { dev.alloc::<f32>(rows * cols)? };
         let (mode, param) = match self.0 {

@@ -20,7 +20,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::Ptx;
 
-const MODULE: &str = "chatterbox_t3_top_k_top_p";
 /// Threads per block (one block per row).
 const THREADS: usize = 1024;
 /// Scores each thread keeps in registers: rows of at most `THREADS * PER` values.
@@ -144,7 +143,7 @@ extern "C" __global__ void t3_top_k_top_p(const float* scores, float* out, unsig
 "#;
 
 /// The PTX of [`SOURCE`], compiled on first use.
-static PTX: Ptx = Ptx::new(SOURCE, None, "T3 top-k/top-p kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "T3 top-k/top-p kernel");
 
 /// Whether [`top_k_top_p`] takes `scores`: f32 `(rows, vocab)` on CUDA with
 /// `vocab <= 8192`.
@@ -183,7 +182,7 @@ impl CustomOp1 for TopKTopP {
         };
         let sv = s.as_cuda_slice::<f32>()?.slice(a..z);
         let dev: &CudaDevice = &s.device;
-        let func = dev.get_or_load_custom_func("t3_top_k_top_p", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "t3_top_k_top_p")?;
         // SAFETY: the kernel writes every element of every row before anything reads them.
         let out = unsafe { dev.alloc::<f32>(rows * v)? };
         let (v32, k32) = (v as u32, self.k as u32);

@@ -1,9 +1,9 @@
 //! Sampling: transformers' logits processors as device ops, the token history they read, and
 //! the draw itself (Gumbel-max with noise from a seedable host generator, or argmax).
 #[cfg(feature = "cuda")]
-mod cuda_probs_filter;
+pub(crate) mod cuda_probs_filter;
 #[cfg(feature = "cuda")]
-mod cuda_top_k_top_p;
+pub(crate) mod cuda_top_k_top_p;
 mod cumsum;
 mod history;
 pub(crate) mod processors;

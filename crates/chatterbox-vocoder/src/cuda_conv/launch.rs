@@ -92,7 +92,7 @@ impl CustomOp1 for SplitOp<'_> {
         // SAFETY: the split kernel writes every value.
         let xs = unsafe { dev.alloc::<f32>(n)? };
         let kern = kernels(self.1);
-        let func = dev.get_or_load_custom_func(kern.split, kern.module, kern.ptx.get()?)?;
+        let func = kern.ptx.function(dev, kern.split)?;
         let (c_in, t_i) = (c as i32, t as i32);
         let mut builder = func.builder();
         builder.arg(&xv);
@@ -325,7 +325,7 @@ impl CustomOp1 for GroupOp<'_, '_> {
             [problem.xs, problem.wf, problem.bias, problem.res] = ptrs;
         }
         let name = kern.conv[fewest.clamp(2, 4) - 2];
-        let func = dev.get_or_load_custom_func(name, kern.module, kern.ptx.get()?)?;
+        let func = kern.ptx.function(dev, name)?;
         let mut builder = func.builder();
         builder.arg(&group);
         let cfg = LaunchConfig {

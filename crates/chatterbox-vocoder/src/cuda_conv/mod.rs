@@ -60,7 +60,6 @@ const SPLIT_THREADS: usize = 256;
 /// The kernels of one [`Form`] and how they are launched.
 #[derive(Debug)]
 struct Kernels {
-    module: &'static str,
     ptx: &'static Ptx,
     split: &'static str,
     /// Rows of the split kernel's grid per group of 8 input channels, and its threads per
@@ -76,7 +75,6 @@ struct Kernels {
 }
 
 const MMA: Kernels = Kernels {
-    module: "chatterbox_vocoder_conv_tf32x3",
     ptx: &PTX_MMA,
     split: "hift_act_split",
     split_rows: 4,
@@ -88,7 +86,6 @@ const MMA: Kernels = Kernels {
 };
 
 const WGMMA: Kernels = Kernels {
-    module: "chatterbox_vocoder_conv_tf32x3_sm90",
     ptx: &PTX_WGMMA,
     split: "hift_act_split_wg",
     split_rows: 1,
@@ -139,14 +136,14 @@ fn xs_stride(span: usize) -> usize {
 }
 
 // mma.sync on TF32 needs sm_80 or newer; the driver JIT-compiles this for the GPU.
-static PTX_MMA: Ptx = Ptx::new(
+pub(crate) static PTX_MMA: Ptx = Ptx::new(
     concat!(include_str!("common.cuh"), include_str!("kernel.cu")),
     Some("compute_80"),
     "HiFT convolution kernel",
 );
 
 // wgmma exists on sm_90a only (Hopper; not its successors).
-static PTX_WGMMA: Ptx = Ptx::new(
+pub(crate) static PTX_WGMMA: Ptx = Ptx::new(
     concat!(include_str!("common.cuh"), include_str!("kernel_sm90.cu")),
     Some("compute_90a"),
     "HiFT convolution kernel (wgmma)",
@@ -254,7 +251,7 @@ impl Tf32x3Conv {
         // the kernels may take the most shared memory a block may have (a launch sets what it
         // uses, for the widest convolution of its group)
         for name in kern.conv {
-            let func = dev.get_or_load_custom_func(name, kern.module, kern.ptx.get()?)?;
+            let func = kern.ptx.function(dev, name)?;
             func.set_attribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, shared.0 as i32)
                 .w()?;
         }
@@ -387,7 +384,7 @@ pub(crate) fn forward_group(items: &[GroupItem]) -> candle_core::Result<Vec<Tens
 fn wgmma_loads(dev: &CudaDevice) -> bool {
     let load = || -> candle_core::Result<()> {
         for name in WGMMA.conv {
-            dev.get_or_load_custom_func(name, WGMMA.module, WGMMA.ptx.get()?)?;
+            WGMMA.ptx.function(dev, name)?;
         }
         Ok(())
     };

@@ -9,8 +9,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use chatterbox_cuda::{contiguous_view, Ptx};
 
-const MODULE: &str = "chatterbox_vocoder_sine";
-
 const SOURCE: &str = r#"
 // f0: (B, T); one thread per (b, h) row: step[b, h, t] = f0 (h + 1) / sr (f32, as candle's
 // broadcast mul and div), widened to f64; start[b, h, t] = sum over earlier frames of
@@ -58,7 +56,7 @@ extern "C" __global__ void hift_sine(const float* f0, const double* step, const 
 }
 "#;
 
-static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT sine source kernels");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, None, "HiFT sine source kernels");
 
 /// The generator's constants.
 #[derive(Debug, Clone, Copy)]
@@ -122,7 +120,7 @@ impl CustomOp3 for SineOp {
         // reads them (same stream).
         let step = unsafe { dev.alloc::<f64>(b * h * t)? };
         let start = unsafe { dev.alloc::<f64>(b * h * t)? };
-        let func = dev.get_or_load_custom_func("hift_sine_start", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "hift_sine_start")?;
         let rows = (b * h) as u32;
         let (h32, t32, u32_) = (h as u32, t as u32, u as u32);
         let mut builder = func.builder();
@@ -144,7 +142,7 @@ impl CustomOp3 for SineOp {
 
         // SAFETY: the kernel writes every one of the n values.
         let out = unsafe { dev.alloc::<f32>(n)? };
-        let func = dev.get_or_load_custom_func("hift_sine", MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, "hift_sine")?;
         let n64 = n as u64;
         let two_pi = (2.0 * std::f64::consts::PI) as f32;
         let unvoiced_amp = p.sine_amp / 3.0;

@@ -1,7 +1,7 @@
 //! Port of `SourceModuleHnNSF` from chatterbox/models/s3gen/hifigan.py (upstream 5de7a54): the
 //! neural-source-filter excitation.
 #[cfg(feature = "cuda")]
-mod cuda_sine;
+pub(crate) mod cuda_sine;
 mod draws;
 mod sine_gen;
 

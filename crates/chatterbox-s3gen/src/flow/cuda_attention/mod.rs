@@ -14,7 +14,6 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, DType, Device, Layout, Shape, Tensor};
 use chatterbox_cuda::{compute_capability, contiguous_view, Elem, Ptx};
 
-const MODULE: &str = "chatterbox_flow_attention";
 const SOURCE: &str = include_str!("kernel.cu");
 /// The head size the kernel is written for (S3Gen's `attention_head_dim`).
 const HEAD_DIM: usize = 64;
@@ -22,7 +21,7 @@ const HEAD_DIM: usize = 64;
 const BM: usize = 64;
 
 // mma.sync on bf16, ldmatrix and cp.async need sm_80; the driver JIT-compiles for the GPU.
-static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "flow attention kernel");
+pub(crate) static PTX: Ptx = Ptx::new(SOURCE, Some("compute_80"), "flow attention kernel");
 
 fn kernel_name(dtype: DType) -> Option<&'static str> {
     match dtype {
@@ -71,7 +70,7 @@ impl FlowAttention {
             candle_core::Error::Msg(format!("flow-attention: dtype {:?}", T::DTYPE))
         })?;
         let dev: &CudaDevice = &qkv.device;
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX.get()?)?;
+        let func = PTX.function(dev, name)?;
         // SAFETY: the kernel writes every one of the b t h 64 outputs (rows < t of every
         // (batch row, head)) before anything reads them.
         let out = unsafe { dev.alloc::<T>(b * t * h * HEAD_DIM)? };
