@@ -149,15 +149,6 @@ impl DecodeStep {
         Ok(())
     }
 
-    /// Takes the result of a prefill run elsewhere (a batched admission's): the speech-head
-    /// logits `[batch, vocab]` of the prompt's last position, `t` prompt positions. The caches
-    /// are left as they are (the caller moves the prompt's keys and values).
-    pub(crate) fn set_prefilled(&mut self, logits: &Tensor, t: usize) -> Result<()> {
-        self.logits.slice_set(logits, 0, 0)?;
-        self.pos = t;
-        Ok(())
-    }
-
     /// Writes the next step's inputs (eager write into the fixed buffer; a graph runner
     /// replaces this with a raw host-to-device copy into the same storage).
     pub fn set_inputs(&mut self, token: u32, seq_pos: usize, speech_pos: usize) -> Result<()> {

@@ -10,7 +10,9 @@
 //! ([`BatchDecoder::queue_generate`], then [`BatchDecoder::admit_queued`]) share one prefill
 //! call, their prompts right-padded to the longest (the causal mask keeps every row's
 //! positions from the padding after them), at most [`BatchOptions::prefill_positions`] padded
-//! positions per call, so a round of admissions stalls the running requests by one call. Each [`BatchDecoder::step`] feeds every
+//! positions per call, and draw their first tokens in one batched select (each row with its
+//! request's parameters, history and noise), so a round of admissions stalls the running
+//! requests by one call. Each [`BatchDecoder::step`] feeds every
 //! occupied slot's latest token at its own position (per-row RoPE rows, cache writes and
 //! attention masks, all device-side) and draws every slot's next token with its own
 //! processors; the host reads one `[slots]` vector of ids per step. On CUDA a step is captured
@@ -399,9 +401,9 @@ impl<'a> BatchDecoder<'a> {
     }
 
     /// Admits queued requests, first come first served: one prefill call over as many as
-    /// [`BatchOptions::prefill_positions`] allows (at least one), then each one's first draw
-    /// with its own processors and generator, and its seat in a slot unless it already
-    /// ended. Returns their events (a token each, an end, or a failure: a failed prefill fails
+    /// [`BatchOptions::prefill_positions`] allows (at least one), then their first draws
+    /// (one batched select, each row with its request's parameters and generator), and each
+    /// one's seat in a slot unless it already ended. Returns their events (a token each, an end, or a failure: a failed prefill fails
     /// every request of the call). Nothing happens with an empty queue.
     pub fn admit_queued(&mut self) -> Vec<BatchEvent> {
         let mut n = 0;
@@ -438,8 +440,8 @@ impl<'a> BatchDecoder<'a> {
         }
     }
 
-    /// One prefill call over `group`'s prompts (right-padded to the longest), then each
-    /// request's first draw and seat.
+    /// One prefill call over `group`'s prompts (right-padded to the longest), then their first
+    /// draws and seats ([`BatchDecoder::first_draws`]).
     fn prefill_group(
         &mut self,
         group: Vec<(RequestId, TokenStream<'a>)>,
@@ -487,18 +489,7 @@ impl<'a> BatchDecoder<'a> {
         }
         let t1 = std::time::Instant::now();
         let n = group.len();
-        let mut events = Vec::new();
-        for ((id, mut stream), (rows, t)) in group.into_iter().zip(spans) {
-            stream.unprefilled = None;
-            let admitted = stream
-                .step
-                .set_prefilled(&logits.narrow(0, rows.start, rows.len())?, t)
-                .and_then(|()| self.draw_and_seat(id, stream, (&caches, rows)));
-            match admitted {
-                Ok(ev) => events.extend(ev),
-                Err(error) => events.push(BatchEvent::Failed { id, error }),
-            }
-        }
+        let events = self.first_draws(group, spans, &caches, &logits)?;
         if debug {
             tracing::debug!(
                 requests = n,
@@ -510,6 +501,158 @@ impl<'a> BatchDecoder<'a> {
             );
         }
         Ok(events)
+    }
+
+    /// The first draws of a prefilled group, all in one batched select (each request's own
+    /// processors, parameters, history and noise: what its [`TokenStream`]'s first `next()`
+    /// draws), then the seats of those that go on. `spans` are the requests' rows of `logits`
+    /// and `caches` and their prompt lengths. Returns the events in the group's order; a
+    /// request that fails here fails alone.
+    fn first_draws(
+        &mut self,
+        group: Vec<(RequestId, TokenStream<'a>)>,
+        spans: Vec<(std::ops::Range<usize>, usize)>,
+        caches: &[KvCache],
+        logits: &Tensor,
+    ) -> Result<Vec<BatchEvent>> {
+        let r = self.rows_per_slot;
+        let vocab = self.vocab;
+        let dev = self.model.device().clone();
+        let mut events: Vec<Vec<BatchEvent>> = (0..group.len()).map(|_| Vec::new()).collect();
+        // Who draws, in the slots it will take (reserved: the queue held them).
+        let mut free = (0..self.slots.len()).filter(|&i| self.slots[i].is_none());
+        let mut draws = Vec::with_capacity(group.len());
+        for (k, ((id, mut stream), (rows, _))) in group.into_iter().zip(spans).enumerate() {
+            stream.unprefilled = None;
+            if stream.finished || stream.drawn >= stream.max_tokens {
+                events[k].push(BatchEvent::Finished {
+                    id,
+                    stopped_on_eos: false,
+                });
+                continue;
+            }
+            let Some(slot) = free.next() else {
+                let error = crate::error::invalid("batched request", "no free slot".to_string());
+                events[k].push(BatchEvent::Failed { id, error });
+                continue;
+            };
+            if let Err(error) = self.select.set(slot, &stream.params) {
+                events[k].push(BatchEvent::Failed { id, error });
+                continue;
+            }
+            draws.push((k, id, stream, rows, slot));
+        }
+        if draws.is_empty() {
+            return Ok(events.into_iter().flatten().collect());
+        }
+        // The draws' inputs: logits (a single row stands for both CFG rows: its guidance
+        // weight is 0), histories (the start token), noise, parameters by slot.
+        let mut rows_in = Vec::with_capacity(draws.len());
+        let mut histories = Vec::with_capacity(draws.len());
+        let mut noise = vec![0f32; draws.len() * vocab];
+        let mut picked = Vec::with_capacity(draws.len());
+        for (i, (_, _, stream, rows, slot)) in draws.iter_mut().enumerate() {
+            let l = logits.narrow(0, rows.start, rows.len())?;
+            rows_in.push(if rows.len() == r {
+                l
+            } else {
+                l.broadcast_as((r, vocab))?.contiguous()?
+            });
+            histories.push(stream.step.history().mask().clone());
+            if stream.sampler.is_random() {
+                noise[i * vocab..(i + 1) * vocab].copy_from_slice(stream.sampler.next_noise());
+            }
+            picked.push(*slot as u32);
+        }
+        let k = draws.len();
+        let sort = self.select.sorts(draws.iter().map(|d| &d.2.params));
+        let (_, tokens) = self.select.select(
+            &Tensor::cat(&rows_in, 0)?,
+            r,
+            &Tensor::cat(&histories, 0)?,
+            &Tensor::from_vec(noise, (k, vocab), &dev)?,
+            sort,
+            Some(&Tensor::from_vec(picked, k, &dev)?),
+        )?;
+        let tokens = tokens.flatten_all()?.to_vec1::<u32>()?;
+        // Each draw as `TokenStream::next` takes it: an invalid row fails, English stops on the
+        // stop token (Turbo never on its first), and the limit ends it.
+        let mut seats = Vec::with_capacity(k);
+        for ((idx, id, mut stream, rows, slot), token) in draws.into_iter().zip(tokens) {
+            if token as usize >= vocab {
+                let error = T3Error::NoValidToken { step: 0 };
+                events[idx].push(BatchEvent::Failed { id, error });
+                continue;
+            }
+            stream.drawn += 1;
+            events[idx].push(BatchEvent::Token { id, token });
+            let eos = !stream.turbo && Some(token) == stream.stop_token;
+            if eos || stream.drawn >= stream.max_tokens {
+                events[idx].push(BatchEvent::Finished {
+                    id,
+                    stopped_on_eos: eos,
+                });
+                continue;
+            }
+            seats.push((idx, id, stream, rows, slot, token));
+        }
+        // Keys and values: one copy per cache for each run of requests whose rows follow each
+        // other in the prefill call and whose slots follow each other (positions past a
+        // request's prompt are padding, masked until its steps overwrite them).
+        let mut i = 0;
+        while i < seats.len() {
+            let mut j = i + 1;
+            while j < seats.len()
+                && seats[j].4 == seats[j - 1].4 + 1
+                && seats[j].3.start == seats[j - 1].3.end
+                && seats[j].3.len() == r
+                && seats[i].3.len() == r
+            {
+                j += 1;
+            }
+            let run = &seats[i..j];
+            let len = run.iter().map(|s| s.2.prefix_len).max().unwrap_or(0);
+            let src = run[0].3.start..run[j - i - 1].3.end;
+            let copied = self.buf.caches.iter().zip(caches).try_for_each(|(dst, c)| {
+                dst.copy_rows_from(c, src.clone(), len, run[0].4 * r, (j - i) * r)
+            });
+            if let Err(e) = copied {
+                let msg = e.to_string();
+                for (idx, id, ..) in seats.drain(i..j) {
+                    let error = crate::error::invalid("batched request", msg.clone());
+                    events[idx].push(BatchEvent::Failed { id, error });
+                }
+                continue;
+            }
+            i = j;
+        }
+        for (idx, id, stream, _, slot, token) in seats {
+            let row = if stream.turbo {
+                // inference_turbo's processors see only the tokens generated after the first
+                Tensor::zeros((1, vocab), DType::U32, &dev)?
+            } else {
+                stream.step.history().mask().clone()
+            };
+            if let Err(e) = self.buf.history.slice_set(&row, 0, slot) {
+                let error = T3Error::from(e);
+                events[idx].push(BatchEvent::Failed { id, error });
+                continue;
+            }
+            self.slots[slot] = Some(Slot {
+                id,
+                sampler: stream.sampler.clone(),
+                prefix_len: stream.prefix_len,
+                speech_pos_base: stream.speech_pos_base,
+                turbo: stream.turbo,
+                stop_token: stream.stop_token,
+                max_tokens: stream.max_tokens,
+                drawn: stream.drawn,
+                fed: stream.fed,
+                pending: token,
+                params: stream.params,
+            });
+        }
+        Ok(events.into_iter().flatten().collect())
     }
 
     fn check_room(&self, max_tokens: usize) -> Result<()> {
@@ -854,6 +997,7 @@ impl<'a> BatchDecoder<'a> {
             &history,
             &buf.noise.narrow(0, 0, n)?,
             sort,
+            None,
         )?;
         buf.processed.slice_set(&processed, 0, 0)?;
         buf.token.slice_set(&token, 0, 0)?;

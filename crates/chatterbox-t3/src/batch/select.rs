@@ -153,15 +153,20 @@ impl BatchSelect {
         self.order == Order::Turbo || params.any(|p| p.top_p_threshold > 0.0)
     }
 
-    /// The first `n` rows of a per-slot tensor.
-    fn rows(t: &Tensor, n: usize) -> Result<Tensor> {
-        Ok(t.narrow(0, 0, n)?)
+    /// The rows of a per-slot tensor that a call runs over: the first `n`, or the slots of
+    /// `picked` (u32 `[n]`).
+    fn rows(t: &Tensor, n: usize, picked: Option<&Tensor>) -> Result<Tensor> {
+        Ok(match picked {
+            Some(slots) => t.index_select(slots, 0)?,
+            None => t.narrow(0, 0, n)?,
+        })
     }
 
     /// CFG-combines `logits` (`[n * rows_per_slot, vocab]`), runs the processors with each
     /// slot's parameters and history (`[n, vocab]` u32 mask) and draws `argmax(processed +
     /// noise)`: returns the processed scores `[n, vocab]` and the tokens u32 `[n, 1]` (`vocab`
-    /// for a row without a finite score).
+    /// for a row without a finite score). Row `i` has the parameters of slot `i`, or of slot
+    /// `picked[i]` when `picked` (u32 `[n]`) is given.
     pub(crate) fn select(
         &self,
         logits: &Tensor,
@@ -169,23 +174,25 @@ impl BatchSelect {
         history: &Tensor,
         noise: &Tensor,
         sort: bool,
+        picked: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
         let n = history.dim(0)?;
+        let rows = |t: &Tensor| Self::rows(t, n, picked);
         let scores = if rows_per_slot == 2 {
             let l = logits.reshape((n, 2, self.vocab))?;
             let cond = l.narrow(1, 0, 1)?.squeeze(1)?;
             let uncond = l.narrow(1, 1, 1)?.squeeze(1)?;
-            (&cond + (cond.sub(&uncond)?).broadcast_mul(&Self::rows(&self.cfg_weight, n)?)?)?
+            (&cond + (cond.sub(&uncond)?).broadcast_mul(&rows(&self.cfg_weight)?)?)?
         } else {
             logits.clone()
         };
         let processed = match self.order {
             Order::English => {
-                let s = self.penalty(&scores, history, n)?;
-                let s = s.broadcast_div(&Self::rows(&self.temperature, n)?)?;
-                let s = self.min_p(&s, n)?;
+                let s = self.penalty(&scores, history, &rows(&self.penalty)?)?;
+                let s = s.broadcast_div(&rows(&self.temperature)?)?;
+                let s = self.min_p(&s, &rows(&self.min_p)?)?;
                 if sort {
-                    self.top_p(&s, None, n)?
+                    self.top_p(&s, None, &rows(&self.threshold)?)?
                 } else {
                     let probs = candle_nn::ops::softmax_last_dim(&s.contiguous()?)?;
                     let remove = probs.broadcast_le(&self.zero)?;
@@ -193,19 +200,19 @@ impl BatchSelect {
                 }
             }
             Order::Turbo => {
-                let s = scores.broadcast_div(&Self::rows(&self.temperature, n)?)?;
-                let (s, ascending) = self.top_k(&s, n)?;
-                let p = self.top_p(&s, Some(&ascending), n)?;
-                let on = Self::rows(&self.top_p_on, n)?.broadcast_as(s.shape())?;
+                let s = scores.broadcast_div(&rows(&self.temperature)?)?;
+                let (s, ascending) = self.top_k(&s, &rows(&self.kth)?)?;
+                let p = self.top_p(&s, Some(&ascending), &rows(&self.threshold)?)?;
+                let on = rows(&self.top_p_on)?.broadcast_as(s.shape())?;
                 let s = on.where_cond(&p, &s)?;
-                self.penalty(&s, history, n)?
+                self.penalty(&s, history, &rows(&self.penalty)?)?
             }
         };
         let token = (&processed + noise)?.argmax_keepdim(D::Minus1)?;
         let valid = processed
             .max_keepdim(D::Minus1)?
             .broadcast_gt(&self.neg_inf)?;
-        let token = valid.where_cond(&token, &Self::rows(&self.invalid, n)?)?;
+        let token = valid.where_cond(&token, &rows(&self.invalid)?)?;
         Ok((processed, token))
     }
 
@@ -215,31 +222,30 @@ impl BatchSelect {
     }
 
     /// `RepetitionPenaltyLogitsProcessor` with a per-row penalty.
-    fn penalty(&self, scores: &Tensor, history: &Tensor, n: usize) -> Result<Tensor> {
-        let penalty = Self::rows(&self.penalty, n)?;
+    fn penalty(&self, scores: &Tensor, history: &Tensor, penalty: &Tensor) -> Result<Tensor> {
         let neg = scores.broadcast_lt(&self.zero)?;
         let pen = neg.where_cond(
-            &scores.broadcast_mul(&penalty)?,
-            &scores.broadcast_div(&penalty)?,
+            &scores.broadcast_mul(penalty)?,
+            &scores.broadcast_div(penalty)?,
         )?;
         Ok(history.where_cond(&pen, scores)?)
     }
 
     /// `MinPLogitsWarper` with a per-row `min_p`.
-    fn min_p(&self, scores: &Tensor, n: usize) -> Result<Tensor> {
+    fn min_p(&self, scores: &Tensor, min_p: &Tensor) -> Result<Tensor> {
         let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
         let top = probs.max_keepdim(D::Minus1)?;
-        let thr = top.broadcast_mul(&Self::rows(&self.min_p, n)?)?;
+        let thr = top.broadcast_mul(min_p)?;
         let remove = probs.broadcast_lt(&thr)?;
         self.mask_fill(&remove, scores)
     }
 
     /// `TopKLogitsWarper` with a per-row `k`; also the ascending order of the input (what the
     /// top-p that follows needs, as [`crate::sampling::TopKLogitsWarper::then_top_p`] does).
-    fn top_k(&self, scores: &Tensor, n: usize) -> Result<(Tensor, Tensor)> {
+    fn top_k(&self, scores: &Tensor, kth: &Tensor) -> Result<(Tensor, Tensor)> {
         let scores = scores.contiguous()?;
         let order = arg_sort_last_dim(&scores, false)?;
-        let kth_id = order.gather(&Self::rows(&self.kth, n)?.contiguous()?, D::Minus1)?;
+        let kth_id = order.gather(&kth.contiguous()?, D::Minus1)?;
         let kth = scores.gather(&kth_id, D::Minus1)?;
         let remove = scores.broadcast_lt(&kth)?;
         let filtered = self.mask_fill(&remove, &scores)?;
@@ -250,7 +256,12 @@ impl BatchSelect {
     /// `TopPLogitsWarper` with a per-row threshold (the sorted rule of
     /// [`crate::sampling::TopPLogitsWarper`]; a threshold of 0 drops exactly the tokens of zero
     /// probability, as that warper does at `top_p = 1`).
-    fn top_p(&self, scores: &Tensor, ascending: Option<&Tensor>, n: usize) -> Result<Tensor> {
+    fn top_p(
+        &self,
+        scores: &Tensor,
+        ascending: Option<&Tensor>,
+        threshold: &Tensor,
+    ) -> Result<Tensor> {
         let scores = scores.contiguous()?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let order = match ascending {
@@ -260,7 +271,7 @@ impl BatchSelect {
         let sorted = probs.gather(&order, D::Minus1)?;
         let cum = self.cumsum.forward(&sorted)?;
         let removed = cum
-            .broadcast_le(&Self::rows(&self.threshold, n)?)?
+            .broadcast_le(threshold)?
             .broadcast_mul(&self.keep_last)?
             .to_dtype(DType::F32)?
             .sum_keepdim(D::Minus1)?
