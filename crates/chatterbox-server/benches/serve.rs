@@ -221,8 +221,8 @@ impl SpeechBatch for CappedBatch<'_> {
             .min(self.cap.load(Ordering::Acquire).max(1));
         self.inner.add(voice, text, &o)
     }
-    fn step(&mut self) -> Vec<(u64, BatchItem)> {
-        self.inner.step()
+    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
+        self.inner.step(emit)
     }
     fn cancel(&mut self, id: u64) {
         self.inner.cancel(id)

@@ -100,7 +100,7 @@ pub trait SpeechModel: Send {
     }
 }
 
-/// What a [`SpeechBatch::step`] produced for one request.
+/// What a [`SpeechBatch::step`] hands on for one request.
 #[derive(Debug)]
 pub enum BatchItem {
     /// 24 kHz samples that are final; `last` on the request's last chunk (it has left the
@@ -138,8 +138,9 @@ pub trait SpeechBatch {
         opts: &GenerateOptions,
     ) -> Result<u64, ModelError>;
 
-    /// One round for every request: the audio each made, failures.
-    fn step(&mut self) -> Vec<(u64, BatchItem)>;
+    /// One round for every request: hands `emit` the audio each made, as soon as it is made
+    /// (a client gets its chunk before the round's later work), and failures.
+    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem));
 
     /// Drops a request (its client went away or its deadline passed).
     fn cancel(&mut self, id: u64);

@@ -113,22 +113,18 @@ impl SpeechBatch for PipelineBatch<'_> {
         Ok(self.batch.add(conds, text, opts)?)
     }
 
-    fn step(&mut self) -> Vec<(u64, BatchItem)> {
-        self.batch
-            .step()
-            .into_iter()
-            .filter_map(|(id, o)| {
-                let item = match o {
-                    BatchOutput::Chunk(c) => BatchItem::Audio {
-                        samples: c.samples,
-                        last: c.is_last,
-                    },
-                    BatchOutput::Failed(e) => BatchItem::Failed(Box::new(e)),
-                    _ => return None,
-                };
-                Some((id, item))
-            })
-            .collect()
+    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
+        self.batch.step_with(|id, o| {
+            let item = match o {
+                BatchOutput::Chunk(c) => BatchItem::Audio {
+                    samples: c.samples,
+                    last: c.is_last,
+                },
+                BatchOutput::Failed(e) => BatchItem::Failed(Box::new(e)),
+                _ => return,
+            };
+            emit(id, item);
+        });
     }
 
     fn cancel(&mut self, id: u64) {

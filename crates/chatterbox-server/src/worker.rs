@@ -312,16 +312,19 @@ fn serve_batch(
         if running.is_empty() {
             continue;
         }
-        for (rid, item) in batch.step() {
+        // Each chunk goes to its client as soon as the batch has made it; requests that
+        // ended or whose client left are settled after the round.
+        let mut ended: Vec<(u64, bool)> = Vec::new();
+        batch.step(&mut |rid, item| {
             let Some(r) = running.get_mut(&rid) else {
-                continue;
+                return;
             };
             if let BatchItem::Audio { samples, .. } = &item {
                 r.samples += samples.len();
             }
             let r = &*r;
-            let Some(s) = r.speech() else { continue };
-            let ended = match item {
+            let Some(s) = r.speech() else { return };
+            match item {
                 BatchItem::Audio { samples, last } => {
                     let sent = samples.is_empty() || s.tx.send(Event::Audio(samples)).is_ok();
                     if last {
@@ -333,20 +336,24 @@ fn serve_batch(
                             "generated"
                         );
                         let _ = s.tx.send(Event::Done);
+                        ended.push((rid, false));
                     } else if !sent {
-                        batch.cancel(rid);
+                        ended.push((rid, true));
                     }
-                    last || !sent
                 }
                 BatchItem::Failed(e) => {
                     let e = classify(&e, None);
                     tracing::warn!(request = s.id, error = %e, "generation failed");
                     let _ = s.tx.send(Event::Error(e));
-                    true
+                    ended.push((rid, false));
                 }
-            };
-            if ended {
-                running.remove(&rid);
+            }
+        });
+        for (rid, cancel) in ended {
+            if cancel {
+                batch.cancel(rid);
+            }
+            if running.remove(&rid).is_some() {
                 shared.running.fetch_sub(1, Ordering::AcqRel);
             }
         }

@@ -3,8 +3,10 @@
 //! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
 //! stream instead of once per stream. The chunks that fall due in a round go through the flow
 //! together (`inference_rows`: padded to the longest and masked, up to
-//! [`SpeechBatch::flow_rows`] per call), then through HiFT together, chunks of one length per
-//! call (HiFT's convolutions see past a row's end, so it takes no padding).
+//! [`SpeechBatch::flow_rows`] per call; streams that have not spoken yet go first), each call's
+//! chunks then through HiFT together, chunks of one length per call (HiFT's convolutions see
+//! past a row's end, so it takes no padding), and out ([`SpeechBatch::step_with`]) before the
+//! next flow call.
 //!
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
@@ -15,7 +17,7 @@ use super::core::TtsCore;
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
-use crate::stream_synth::{vocode_batch, VocodeJob};
+use crate::stream_synth::{vocode_batch, FlowJob, VocodeJob};
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
 use rayon::prelude::*;
@@ -67,7 +69,17 @@ pub struct BatchTimings {
 struct Entry<'a> {
     id: StreamId,
     stream: SpeechStream<'a>,
+    /// Whether it has emitted a chunk.
+    spoke: bool,
 }
+
+/// What running a stream's host work gave: its step, its flow job when it waits for one, and
+/// the chunks it made.
+type Pumped = (
+    Result<Step>,
+    Option<Result<Option<FlowJob>>>,
+    Vec<AudioChunk>,
+);
 
 /// Streams spoken together: see the module docs. Created by the models' `batch`.
 pub struct SpeechBatch<'a> {
@@ -135,7 +147,11 @@ impl<'a> SpeechBatch<'a> {
         let stream = SpeechStream::with_conditionals(self.core, conds, text, opts, true)?;
         let id = self.next_id;
         self.next_id += 1;
-        self.streams.push(Entry { id, stream });
+        self.streams.push(Entry {
+            id,
+            stream,
+            spoke: false,
+        });
         Ok(id)
     }
 
@@ -212,6 +228,16 @@ impl<'a> SpeechBatch<'a> {
     /// failures; a stream leaves after its last chunk or its failure.
     pub fn step(&mut self) -> Vec<(StreamId, BatchOutput)> {
         let mut out = Vec::new();
+        self.step_with(|id, o| out.push((id, o)));
+        out
+    }
+
+    /// [`SpeechBatch::step`], handing each chunk to `emit` as soon as it is made: the round's
+    /// flow calls run one after the other, streams that have not spoken yet first (their
+    /// first audio), each call followed by the HiFT calls of its chunks, whose audio `emit`
+    /// gets before the next flow call starts.
+    pub fn step_with(&mut self, mut emit: impl FnMut(StreamId, BatchOutput)) {
+        let mut out = Vec::new();
         let mut failed: Vec<StreamId> = Vec::new();
         // Admissions, first come first served: every stream that needs its next sentence
         // queues it while slots are free, then one prefill call admits as many as its budget
@@ -264,47 +290,79 @@ impl<'a> SpeechBatch<'a> {
                 }
             }
         }
+        for (id, o) in out.drain(..) {
+            emit(id, o);
+        }
         // Audio from the tokens each stream got: every stream runs until it waits for tokens
-        // or for a chunk's flow call; the calls due run together, and again until none is due.
+        // or for a chunk's flow or HiFT call; the HiFT calls due run, then the most urgent
+        // flow call, and again until none is due. A stream is run again only when a call
+        // has handed it something.
         let t2 = Instant::now();
+        let mut dirty = vec![true; self.streams.len()];
+        let mut flows: Vec<(usize, FlowJob)> = Vec::new();
         loop {
-            let (mut flows, mut vocodes) = (Vec::new(), Vec::new());
+            let mut vocodes = Vec::new();
             // each stream's own host work (its chunk jobs and their draws, joining its audio)
             // on rayon's threads: the streams share nothing
-            let pumped: Vec<Option<(Result<Step>, Vec<AudioChunk>)>> = self
+            let pumped: Vec<Option<Pumped>> = self
                 .streams
                 .par_iter_mut()
-                .map(|e| {
-                    if failed.contains(&e.id) {
+                .zip(dirty.par_iter_mut())
+                .map(|(e, dirty)| {
+                    if !std::mem::take(dirty) || failed.contains(&e.id) {
                         return None;
                     }
-                    let pumped = e.stream.pump();
-                    Some((pumped, e.stream.take_ready().collect()))
+                    let step = e.stream.pump();
+                    let job = match step {
+                        Ok(Step::Flow) => Some(e.stream.flow_job()),
+                        _ => None,
+                    };
+                    Some((step, job, e.stream.take_ready().collect()))
                 })
                 .collect();
             for (i, p) in pumped.into_iter().enumerate() {
-                let Some((pumped, ready)) = p else {
+                let Some((step, job, ready)) = p else {
                     continue;
                 };
-                let e = &self.streams[i];
+                let id = self.streams[i].id;
                 for c in ready {
-                    out.push((e.id, BatchOutput::Chunk(c)));
+                    self.streams[i].spoke = true;
+                    emit(id, BatchOutput::Chunk(c));
                 }
-                match pumped {
-                    Ok(Step::Flow) => flows.push(i),
-                    Ok(Step::Vocode) => vocodes.push(i),
-                    Ok(_) => {}
-                    Err(err) => {
-                        out.push((e.id, BatchOutput::Failed(err)));
-                        failed.push(e.id);
+                let err = match (step, job) {
+                    (Err(err), _) | (_, Some(Err(err))) => Some(err),
+                    (Ok(Step::Flow), Some(Ok(Some(job)))) => {
+                        flows.push((i, job));
+                        None
                     }
+                    (Ok(Step::Vocode), _) => {
+                        vocodes.push(i);
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(err) = err {
+                    emit(id, BatchOutput::Failed(err));
+                    failed.push(id);
                 }
             }
-            if flows.is_empty() && vocodes.is_empty() {
+            if !vocodes.is_empty() {
+                self.run_vocoder(&vocodes, &mut out, &mut failed);
+                for i in vocodes {
+                    dirty[i] = true;
+                }
+            } else if flows.is_empty() {
                 break;
+            } else {
+                let call = self.next_flow_call(&mut flows);
+                for (i, _) in &call {
+                    dirty[*i] = true;
+                }
+                self.run_flow_call(call, &mut out, &mut failed);
             }
-            self.run_flows(&flows, &mut out, &mut failed);
-            self.run_vocoder(&vocodes, &mut out, &mut failed);
+            for (id, o) in out.drain(..) {
+                emit(id, o);
+            }
         }
         self.timings.audio += t2.elapsed();
         let decoder = &mut self.decoder;
@@ -317,7 +375,23 @@ impl<'a> SpeechBatch<'a> {
             }
             !gone
         });
-        out
+    }
+
+    /// Takes the next flow call out of `due`: streams that have not spoken yet first, then
+    /// by Euler steps and length (least padding), [`SpeechBatch::flow_rows`] at most, of one
+    /// number of Euler steps.
+    fn next_flow_call(&self, due: &mut Vec<(usize, FlowJob)>) -> Vec<(usize, FlowJob)> {
+        due.sort_by_key(|(i, j)| {
+            (
+                self.streams[*i].spoke,
+                j.n_timesteps,
+                j.row.noise.dims().get(2).copied(),
+            )
+        });
+        let n = calls(due, self.flow_rows, |(_, j)| j.n_timesteps)
+            .first()
+            .map_or(0, |c| c.len());
+        due.drain(..n).collect()
     }
 
     /// Hands the decoder's events to their streams; a stream that fails on its event fails.
@@ -346,55 +420,43 @@ impl<'a> SpeechBatch<'a> {
         }
     }
 
-    /// The flow calls of the streams at `waiting`: grouped by Euler steps, sorted by length
-    /// (least padding), `flow_rows` per call; each stream gets its mel, or fails with its call.
-    fn run_flows(
+    /// One flow call over `group`'s chunks (padded to the longest): each stream gets its mel,
+    /// or fails with the call.
+    fn run_flow_call(
         &mut self,
-        waiting: &[usize],
+        group: Vec<(usize, FlowJob)>,
         out: &mut Vec<(StreamId, BatchOutput)>,
         failed: &mut Vec<StreamId>,
     ) {
-        let mut jobs = Vec::with_capacity(waiting.len());
-        for &i in waiting {
-            let e = &mut self.streams[i];
-            match e.stream.flow_job() {
-                Ok(Some(job)) => jobs.push((i, job)),
-                Ok(None) => {}
-                Err(err) => {
-                    out.push((e.id, BatchOutput::Failed(err)));
-                    failed.push(e.id);
-                }
-            }
-        }
-        jobs.sort_by_key(|(_, j)| (j.n_timesteps, j.row.noise.dims().get(2).copied()));
+        let Some(steps) = group.first().map(|(_, j)| j.n_timesteps) else {
+            return;
+        };
         let flow = self.core.s3gen.flow();
-        for group in calls(&jobs, self.flow_rows, |(_, j)| j.n_timesteps) {
-            let t0 = Instant::now();
-            let mels = match group {
-                [(_, job)] => job.run(flow).map(|m| vec![m]),
-                _ => {
-                    let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
-                    flow.inference_rows(&rows, group[0].1.n_timesteps)
-                        .map_err(PipelineError::from)
-                }
-            };
-            let mels = match mels {
-                Ok(m) if self.call_timings => wait_for(m.first()).map(|()| m),
-                m => m,
-            };
-            if self.call_timings {
-                self.timings.flow += t0.elapsed();
+        let t0 = Instant::now();
+        let mels = match group.as_slice() {
+            [(_, job)] => job.run(flow).map(|m| vec![m]),
+            _ => {
+                let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
+                flow.inference_rows(&rows, steps)
+                    .map_err(PipelineError::from)
             }
-            self.timings.flow_calls += 1;
-            self.timings.flow_chunks += group.len() as u64;
-            match mels {
-                Ok(mels) => {
-                    for ((i, _), mel) in group.iter().zip(mels) {
-                        self.streams[*i].stream.supply_flow(mel);
-                    }
+        };
+        let mels = match mels {
+            Ok(m) if self.call_timings => wait_for(m.first()).map(|()| m),
+            m => m,
+        };
+        if self.call_timings {
+            self.timings.flow += t0.elapsed();
+        }
+        self.timings.flow_calls += 1;
+        self.timings.flow_chunks += group.len() as u64;
+        match mels {
+            Ok(mels) => {
+                for ((i, _), mel) in group.iter().zip(mels) {
+                    self.streams[*i].stream.supply_flow(mel);
                 }
-                Err(err) => self.fail_call(group.iter().map(|(i, _)| *i), &err, out, failed),
             }
+            Err(err) => self.fail_call(group.iter().map(|(i, _)| *i), &err, out, failed),
         }
     }
 
