@@ -225,9 +225,6 @@ impl SpeechModel for PipelineModel {
             Ok(mut batch) => Ok(Box::new(PipelineBatch {
                 batch: {
                     batch.set_flow_rows(self.flow_rows);
-                    // the flow and HiFT times of the worker's "batch drained" line cost a
-                    // wait for the device after each call: only when that line is logged
-                    batch.set_call_timings(tracing::enabled!(tracing::Level::INFO));
                     batch
                 },
                 builtin: self.builtin.as_ref(),

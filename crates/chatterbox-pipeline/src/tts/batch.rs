@@ -8,6 +8,12 @@
 //! past a row's end, so it takes no padding), and out ([`SpeechBatch::step_with`]) before the
 //! next flow call.
 //!
+//! Each flow and HiFT call is waited for before the streams' host work runs on rayon's
+//! threads. Without the wait, streams failed with NaN mels under load on an H100 (Turbo, bf16,
+//! 16 to 64 streams: up to 48 of 64 requests), and with it, or with the streams' host work run
+//! on one thread, none did; the cause (device work enqueued from several threads while a
+//! call is still running) was not found.
+//!
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
 //! audio equals the solo stream's up to the float rounding of the padded flow call (exactly,
@@ -51,8 +57,7 @@ pub struct BatchTimings {
     pub decode: Duration,
     /// Audio: the flow calls, each stream's HiFT and watermark on the chunks that fell due.
     pub audio: Duration,
-    /// The flow calls' part of `audio`, to the end of their device work: measured only with
-    /// [`SpeechBatch::set_call_timings`] on (else zero).
+    /// The flow calls' part of `audio`, to the end of their device work.
     pub flow: Duration,
     /// The HiFT calls' part of `audio`, likewise.
     pub vocoder: Duration,
@@ -90,7 +95,6 @@ pub struct SpeechBatch<'a> {
     next_id: StreamId,
     timings: BatchTimings,
     flow_rows: usize,
-    call_timings: bool,
 }
 
 /// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
@@ -114,7 +118,6 @@ impl<'a> SpeechBatch<'a> {
             next_id: 0,
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
-            call_timings: false,
         })
     }
 
@@ -127,13 +130,6 @@ impl<'a> SpeechBatch<'a> {
     /// alone, exactly as the stream on its own). Default: [`FLOW_ROWS`].
     pub fn set_flow_rows(&mut self, rows: usize) {
         self.flow_rows = rows.max(1);
-    }
-
-    /// Times each flow and HiFT call to the end of its device work ([`BatchTimings::flow`],
-    /// [`BatchTimings::vocoder`]) by waiting for the device after it, which keeps the host
-    /// from preparing the next chunks meanwhile. Off by default.
-    pub fn set_call_timings(&mut self, on: bool) {
-        self.call_timings = on;
     }
 
     /// Adds `text` spoken in the voice of `conds` with `opts` (checked now: bad input is an
@@ -441,13 +437,8 @@ impl<'a> SpeechBatch<'a> {
                     .map_err(PipelineError::from)
             }
         };
-        let mels = match mels {
-            Ok(m) if self.call_timings => wait_for(m.first()).map(|()| m),
-            m => m,
-        };
-        if self.call_timings {
-            self.timings.flow += t0.elapsed();
-        }
+        let mels = mels.and_then(|m| wait_for(m.first()).map(|()| m));
+        self.timings.flow += t0.elapsed();
         self.timings.flow_calls += 1;
         self.timings.flow_chunks += group.len() as u64;
         match mels {
@@ -481,13 +472,9 @@ impl<'a> SpeechBatch<'a> {
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
                 .collect();
             let t0 = Instant::now();
-            let outs = match vocode_batch(hift, &jobs) {
-                Ok(o) if self.call_timings => wait_for(o.first().map(|(wav, _)| wav)).map(|()| o),
-                o => o,
-            };
-            if self.call_timings {
-                self.timings.vocoder += t0.elapsed();
-            }
+            let outs = vocode_batch(hift, &jobs)
+                .and_then(|o| wait_for(o.first().map(|(wav, _)| wav)).map(|()| o));
+            self.timings.vocoder += t0.elapsed();
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
             match outs {
@@ -521,7 +508,8 @@ impl<'a> SpeechBatch<'a> {
     }
 }
 
-/// Waits for the device work behind `t` (for [`SpeechBatch::set_call_timings`]).
+/// Waits for the device work behind `t`: each flow and HiFT call ends with it (see the
+/// module docs).
 fn wait_for(t: Option<&candle_core::Tensor>) -> Result<()> {
     if let Some(t) = t {
         t.device().synchronize()?;
