@@ -37,9 +37,9 @@
 //! pieces (ms; negative: the audio ran dry, an underrun), as `stream.rs`'s `underrun_margin`.
 //! Records, prefixed `c<N>_`: `ttfb_p50`, `ttfb_p95`, `latency_p50`, `latency_p95` (ms),
 //! `rtf` (audio seconds delivered / wall seconds of the level: > 1 keeps up), `audio_s` (mean
-//! per request), `errors` (non-200 answers, broken or empty bodies, bodies of an odd length),
-//! `underruns` (requests whose margin went negative), `worst_margin` (ms). Then
-//! `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
+//! per request), `audio_min_s` (the shortest request's), `errors` (non-200 answers, broken or
+//! empty bodies, bodies of an odd length), `underruns` (requests whose margin went negative),
+//! `worst_margin` (ms). Then `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
 //!
 //! Memory phase: `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
 //! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000) short requests; memory is sampled after a
@@ -534,6 +534,11 @@ fn report_level(
         } else {
             audio / ok.len() as f64
         },
+    );
+    bench.push(
+        &format!("{p}_audio_min_s"),
+        format!("seconds of audio of the shortest request (not ms), {what}"),
+        ok.iter().map(|o| o.audio_s).fold(f64::NAN, f64::min),
     );
     bench.push(
         &format!("{p}_errors"),
