@@ -74,8 +74,6 @@ pub struct BatchTimings {
 struct Entry<'a> {
     id: StreamId,
     stream: SpeechStream<'a>,
-    /// Whether it has emitted a chunk.
-    spoke: bool,
 }
 
 /// What running a stream's host work gave: its step, its flow job when it waits for one, and
@@ -143,11 +141,7 @@ impl<'a> SpeechBatch<'a> {
         let stream = SpeechStream::with_conditionals(self.core, conds, text, opts, true)?;
         let id = self.next_id;
         self.next_id += 1;
-        self.streams.push(Entry {
-            id,
-            stream,
-            spoke: false,
-        });
+        self.streams.push(Entry { id, stream });
         Ok(id)
     }
 
@@ -322,7 +316,6 @@ impl<'a> SpeechBatch<'a> {
                 };
                 let id = self.streams[i].id;
                 for c in ready {
-                    self.streams[i].spoke = true;
                     emit(id, BatchOutput::Chunk(c));
                 }
                 let err = match (step, job) {
@@ -373,13 +366,13 @@ impl<'a> SpeechBatch<'a> {
         });
     }
 
-    /// Takes the next flow call out of `due`: streams that have not spoken yet first, then
-    /// by Euler steps and length (least padding), [`SpeechBatch::flow_rows`] at most, of one
-    /// number of Euler steps.
+    /// Takes the next flow call out of `due`: streams that have not played audio yet first,
+    /// then by Euler steps and length (least padding), [`SpeechBatch::flow_rows`] at most, of
+    /// one number of Euler steps.
     fn next_flow_call(&self, due: &mut Vec<(usize, FlowJob)>) -> Vec<(usize, FlowJob)> {
         due.sort_by_key(|(i, j)| {
             (
-                self.streams[*i].spoke,
+                self.streams[*i].stream.samples_emitted() > 0,
                 j.n_timesteps,
                 j.row.noise.dims().get(2).copied(),
             )

@@ -143,6 +143,23 @@ struct Slot {
 }
 
 impl Slot {
+    /// The slot state of `stream`, whose first drawn token `pending` the next step feeds.
+    fn new(id: RequestId, stream: &TokenStream<'_>, pending: u32) -> Self {
+        Self {
+            id,
+            sampler: stream.sampler.clone(),
+            prefix_len: stream.prefix_len,
+            speech_pos_base: stream.speech_pos_base,
+            turbo: stream.turbo,
+            stop_token: stream.stop_token,
+            max_tokens: stream.max_tokens,
+            drawn: stream.drawn,
+            fed: stream.fed,
+            pending,
+            params: stream.params,
+        }
+    }
+
     fn seq_pos(&self) -> usize {
         self.prefix_len + self.fed
     }
@@ -627,30 +644,11 @@ impl<'a> BatchDecoder<'a> {
             i = j;
         }
         for (idx, id, stream, _, slot, token) in seats {
-            let row = if stream.turbo {
-                // inference_turbo's processors see only the tokens generated after the first
-                Tensor::zeros((1, vocab), DType::U32, &dev)?
-            } else {
-                stream.step.history().mask().clone()
-            };
-            if let Err(e) = self.buf.history.slice_set(&row, 0, slot) {
-                let error = T3Error::from(e);
+            if let Err(error) = self.seat_history(&stream, slot) {
                 events[idx].push(BatchEvent::Failed { id, error });
                 continue;
             }
-            self.slots[slot] = Some(Slot {
-                id,
-                sampler: stream.sampler.clone(),
-                prefix_len: stream.prefix_len,
-                speech_pos_base: stream.speech_pos_base,
-                turbo: stream.turbo,
-                stop_token: stream.stop_token,
-                max_tokens: stream.max_tokens,
-                drawn: stream.drawn,
-                fed: stream.fed,
-                pending: token,
-                params: stream.params,
-            });
+            self.slots[slot] = Some(Slot::new(id, &stream, token));
         }
         Ok(events.into_iter().flatten().collect())
     }
@@ -727,19 +725,7 @@ impl<'a> BatchDecoder<'a> {
                 crate::error::invalid("batched request", "no free slot".to_string())
             })?;
         self.seat(&stream, kv, slot)?;
-        self.slots[slot] = Some(Slot {
-            id,
-            sampler: stream.sampler.clone(),
-            prefix_len: stream.prefix_len,
-            speech_pos_base: stream.speech_pos_base,
-            turbo: stream.turbo,
-            stop_token: stream.stop_token,
-            max_tokens: stream.max_tokens,
-            drawn: stream.drawn,
-            fed: stream.fed,
-            pending: first,
-            params: stream.params,
-        });
+        self.slots[slot] = Some(Slot::new(id, &stream, first));
         Ok(events)
     }
 
@@ -754,14 +740,19 @@ impl<'a> BatchDecoder<'a> {
         for (dst, src) in self.buf.caches.iter().zip(caches) {
             dst.copy_rows_from(src, rows.clone(), stream.prefix_len, slot * r, r)?;
         }
+        self.seat_history(stream, slot)?;
+        self.select.set(slot, &stream.params)
+    }
+
+    /// Writes the token history `slot`'s repetition penalty sees after `stream`'s first draw.
+    fn seat_history(&self, stream: &TokenStream<'_>, slot: usize) -> Result<()> {
         let row = if stream.turbo {
             // inference_turbo's processors see only the tokens generated after the first
             Tensor::zeros((1, self.vocab), DType::U32, self.model.device())?
         } else {
             stream.step.history().mask().clone()
         };
-        self.buf.history.slice_set(&row, 0, slot)?;
-        self.select.set(slot, &stream.params)
+        Ok(self.buf.history.slice_set(&row, 0, slot)?)
     }
 
     /// Slots a step runs over: the highest occupied one, rounded up to a power of two (the
