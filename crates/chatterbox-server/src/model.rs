@@ -77,7 +77,8 @@ pub trait SpeechModel: Send {
     fn use_voice(&mut self, path: Option<&Path>) -> Result<(), ModelError>;
 
     /// Analyses a reference clip (any sample rate) and saves the voice to `path` atomically.
-    /// The current voice is left as it was.
+    /// The current voice is left as it was. The server calls it with the clip it keeps (mono,
+    /// 24 kHz), at upload and when a voice is first used by a model loaded later.
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Result<(), ModelError>;
 
     /// Speaks `text` in the current voice: the audio as an iterator of chunks.
@@ -147,6 +148,17 @@ pub trait SpeechBatch {
 
     /// Where the batch's time went so far (logged when a batch empties), if it knows.
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
+        None
+    }
+
+    /// Analyses a reference clip and saves the voice to `path`, as
+    /// [`SpeechModel::save_voice`] does, while the batch holds the model: the worker calls it
+    /// between rounds, so a voice upload (or a voice's first use by this model) does not wait
+    /// for the batch to empty. The requests in the batch are left as they were. `None` (the
+    /// default) when the batch cannot: the worker then stops admitting requests, lets the
+    /// batch drain and analyses with the model itself.
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
+        let _ = (audio, path);
         None
     }
 }

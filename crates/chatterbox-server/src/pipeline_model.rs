@@ -77,9 +77,14 @@ impl PipelineModel {
     }
 }
 
+/// The exaggeration voices are analysed with (the request's own is applied when speaking).
+const EXAGGERATION: f32 = 0.5;
+
 /// A [`SpeechBatch`] over the pipeline's `SpeechBatch`.
 struct PipelineBatch<'a> {
     batch: chatterbox_pipeline::SpeechBatch<'a>,
+    /// The model the batch borrows, for voice analyses between rounds.
+    model: &'a Inner,
     builtin: Option<&'a Conditionals>,
     device: &'a Device,
     id: ModelId,
@@ -134,6 +139,26 @@ impl SpeechBatch for PipelineBatch<'_> {
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
         Some(self.batch.timings())
     }
+
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
+        // The batch borrows the model, and the pipeline analyses a clip only into a model's
+        // own voice (`prepare_conditionals_from_audio(&mut self)`): the analysis runs on a
+        // clone, whose tensors share the model's weights.
+        // TODO(pipeline): analyse through a `&self` method (`conditionals_from_audio`) once
+        // the pipeline has one, instead of cloning the model.
+        let r = with_model!(self.model, m => {
+            let mut m = m.clone();
+            m.prepare_conditionals_from_audio(audio, EXAGGERATION)
+                .map_err(ModelError::from)
+                .and_then(|()| {
+                    m.conditionals()
+                        .ok_or_else(|| ModelError::from(chatterbox_pipeline::PipelineError::NoConditionals))?
+                        .save(path)
+                        .map_err(ModelError::from)
+                })
+        });
+        Some(r)
+    }
 }
 
 impl From<ChatterboxTts> for PipelineModel {
@@ -185,7 +210,7 @@ impl SpeechModel for PipelineModel {
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Result<(), ModelError> {
         with_model!(&mut self.inner, m => {
             let previous = m.conditionals().cloned();
-            let result = m.prepare_conditionals_from_audio(audio, 0.5);
+            let result = m.prepare_conditionals_from_audio(audio, EXAGGERATION);
             let saved = match (&result, m.conditionals()) {
                 (Ok(()), Some(c)) => c.save(path).map_err(ModelError::from),
                 (Err(_), _) | (Ok(()), None) => Ok(()),
@@ -227,6 +252,7 @@ impl SpeechModel for PipelineModel {
                     batch.set_flow_rows(self.flow_rows);
                     batch
                 },
+                model: &self.inner,
                 builtin: self.builtin.as_ref(),
                 device: &self.device,
                 id: self.id(),

@@ -1,17 +1,58 @@
-//! The voice library on disk: one safetensors file of conditionals per voice and model,
-//! `DIR/<name>.<model>.safetensors`. Names are `[A-Za-z0-9_-]{1,64}`, so no name reaches
-//! outside the directory. Uploads are analysed into a staging directory and renamed into
-//! place when every model has its file: a crash never leaves half a voice.
+//! The voice library on disk. A voice is its clip; the conditionals a model speaks it with are
+//! derived from the clip and kept beside it, one version directory per upload:
+//!
+//! ```text
+//! DIR/<name>/current                        the live version's name (one line)
+//! DIR/<name>/<version>/clip.wav             the clip: mono 32-bit float WAV at 24 kHz
+//! DIR/<name>/<version>/<model>.safetensors  a model's conditionals, derived from the clip
+//! DIR/<name>.<model>.safetensors            the earlier flat layout: read, listed, deleted
+//! DIR/.upload-*/                            an upload (or a derivation) being analysed
+//! DIR/.trash-*/                             a voice being deleted
+//! ```
+//!
+//! Names are `[A-Za-z0-9_-]{1,64}`, so no name reaches outside the directory or starts with a
+//! dot. An upload is analysed into a staging directory (the clip and one file per loaded
+//! model), every file and the directory are fsynced, then, under the library's commit lock, the
+//! staging directory is renamed into `DIR/<name>/` as a new version and `current` is replaced
+//! by renaming a fsynced temporary file over it: that rename is the commit. A kill at any
+//! instant leaves `current` naming either the old version or the new one, each whole; what a
+//! kill leaves besides (staging, a version never pointed to, a temporary pointer, a replaced
+//! version) is removed at start-up. A model loaded later derives its conditionals from the clip
+//! on first use ([`voice_file`], [`derive`]) and stores them in the same version.
+//!
+//! The commit lock is a process-wide mutex plus, on Unix, an advisory lock (`flock`) on the
+//! directory, so servers sharing a directory commit one at a time; a staging directory holds a
+//! lock on itself while its upload lives, so a server starting meanwhile leaves it alone.
 use crate::error::ServerError;
-use crate::model::ModelId;
-use std::collections::BTreeMap;
-use std::io;
+use crate::model::{ModelError, ModelId, SAMPLE_RATE};
+use chatterbox_dsp::{Audio, DspError, WavFormat};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Extension of voice files.
+/// Extension of conditionals files.
 const EXT: &str = "safetensors";
+/// The clip of a version.
+pub(crate) const CLIP: &str = "clip.wav";
+/// The file naming a voice's live version.
+const CURRENT: &str = "current";
+/// Prefix of a pointer being written (removed at start-up if a crash left one).
+const CURRENT_TMP: &str = ".current-";
+/// Prefix of version directories.
+const VERSION: &str = "v-";
 /// Prefix of staging directories (removed at start-up if a crash left one).
 const STAGING: &str = ".upload-";
+/// Prefix of directories being deleted.
+const TRASH: &str = ".trash-";
+/// Sample rate of stored clips: the rate the analysis works at (S3Gen's 24 kHz; the 16 kHz
+/// copy it also uses is made from it), so analysing the stored clip later gives what analysing
+/// the upload gave.
+pub(crate) const CLIP_RATE: u32 = SAMPLE_RATE;
+
+/// The process's half of the commit lock (see the module docs).
+static COMMIT: Mutex<()> = Mutex::new(());
 
 /// Whether `name` is a valid voice name: 1 to 64 of `A-Z a-z 0-9 _ -`.
 pub fn valid_voice_name(name: &str) -> bool {
@@ -21,29 +62,401 @@ pub fn valid_voice_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The voice directory.
+/// What can go wrong storing or reading a voice.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// A file operation failed.
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The clip could not be encoded or decoded.
+    #[error("the voice clip {}: {source}", path.display())]
+    Clip {
+        /// The clip.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: DspError,
+    },
+    /// The voice version worked on was replaced or deleted meanwhile.
+    #[error("the voice was replaced or deleted meanwhile")]
+    Gone,
+    /// A test stopped the commit before `Step`, as a kill would.
+    #[cfg(test)]
+    #[error("a crash injected before {0:?}")]
+    Crash(Step),
+}
+
+/// An `io::Error` → [`StoreError::Io`] adapter.
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Why deriving a model's conditionals from a clip failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeriveError {
+    /// Reading the clip or storing the result failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The model's analysis failed (bad clip for this model, or the model failed).
+    #[error("analysing the voice clip failed: {0}")]
+    Analysis(ModelError),
+}
+
+/// The steps of a commit, where a test may stop it.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Creating `DIR/<name>/`.
+    VoiceDir,
+    /// Renaming the staging directory into it as a version.
+    Version,
+    /// Writing the temporary pointer.
+    Pointer,
+    /// Renaming the pointer over `current` (the commit).
+    Current,
+    /// Removing what the new version replaced.
+    Cleanup,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The step before which this thread's next commit stops, as a kill would.
+    static CRASH_AT: std::cell::Cell<Option<Step>> = const { std::cell::Cell::new(None) };
+}
+
+/// Stops here in a test that asked for a crash at `step`.
+#[cfg(test)]
+fn step(step: Step) -> Result<(), StoreError> {
+    if CRASH_AT.with(|c| c.get()) == Some(step) {
+        return Err(StoreError::Crash(step));
+    }
+    Ok(())
+}
+
+#[cfg(not(test))]
+fn step(_: ()) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// The step marker of a commit (unit in builds without the test hook).
+macro_rules! step {
+    ($s:ident) => {{
+        #[cfg(test)]
+        let s = Step::$s;
+        #[cfg(not(test))]
+        let s = ();
+        step(s)
+    }};
+}
+
+/// Whether `r` is a crash a test injected (nothing is cleaned up then, as after a kill).
+fn crashed<T>(r: &Result<T, StoreError>) -> bool {
+    #[cfg(test)]
+    if let Err(StoreError::Crash(_)) = r {
+        return true;
+    }
+    let _ = r;
+    false
+}
+
+/// The file of `model`'s conditionals in a version.
+fn model_file(model: ModelId) -> String {
+    format!("{}.{EXT}", model.name())
+}
+
+/// Fsyncs a file.
+fn sync_file(path: &Path) -> Result<(), StoreError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("sync", path))
+}
+
+/// Fsyncs a directory (its entries: renames into and out of it).
+#[cfg(unix)]
+fn sync_dir(path: &Path) -> Result<(), StoreError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("sync", path))
+}
+
+/// Directories cannot be opened to be synced here.
+#[cfg(not(unix))]
+fn sync_dir(_: &Path) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// Writes a new file and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut f = File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err("create", path))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(io_err("write", path))
+}
+
+/// An advisory lock on a directory, held while the returned file is open; `None` where the
+/// platform or file system has none.
+#[cfg(unix)]
+fn lock_dir(dir: &Path, wait: bool) -> Result<Option<File>, StoreError> {
+    let f = File::open(dir).map_err(io_err("open", dir))?;
+    let locked = if wait {
+        f.lock()
+    } else {
+        match f.try_lock() {
+            Ok(()) => Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Io {
+                    op: "lock",
+                    path: dir.to_path_buf(),
+                    source: io::ErrorKind::WouldBlock.into(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    };
+    match locked {
+        Ok(()) => Ok(Some(f)),
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "no advisory lock on the voice directory");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn lock_dir(_: &Path, _: bool) -> Result<Option<File>, StoreError> {
+    Ok(None)
+}
+
+/// The library's commit lock (see the module docs), released when dropped.
+struct CommitLock {
+    // fields drop in order: the advisory lock, then the mutex
+    _file: Option<File>,
+    _guard: MutexGuard<'static, ()>,
+}
+
+/// Takes the commit lock of the library in `dir`, waiting for it.
+fn lock_library(dir: &Path) -> Result<CommitLock, StoreError> {
+    let guard = COMMIT.lock().unwrap_or_else(PoisonError::into_inner);
+    let file = lock_dir(dir, true)?;
+    Ok(CommitLock {
+        _file: file,
+        _guard: guard,
+    })
+}
+
+/// Reads the live version's name in a voice directory: `None` when it has none (never
+/// committed); an error when it cannot be read or names no version.
+fn read_current(voice: &Path) -> Result<Option<String>, StoreError> {
+    let path = voice.join(CURRENT);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("read", &path)(e)),
+    };
+    let version = text.trim();
+    let valid = version.strip_prefix(VERSION).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    });
+    if valid {
+        Ok(Some(version.to_string()))
+    } else {
+        Err(io_err("read", &path)(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{version:?} is not a version name"),
+        )))
+    }
+}
+
+/// The decoded upload as the library keeps it: mono at [`CLIP_RATE`] (resampled as the
+/// analysis would resample it).
+pub(crate) fn normalise_clip(audio: &Audio) -> Result<Audio, DspError> {
+    audio.resampled(CLIP_RATE)
+}
+
+/// A directory an upload (or a derivation) is analysed into, removed when dropped unless
+/// committed. It holds an advisory lock on itself while it lives (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Staging {
+    dir: tempfile::TempDir,
+    _lock: Option<File>,
+}
+
+impl Staging {
+    /// A fresh staging directory in the library `root` (made under the commit lock, so a server
+    /// starting meanwhile never sees it before it is locked).
+    fn new(root: &Path) -> Result<Self, StoreError> {
+        let _commit = lock_library(root)?;
+        let mut b = tempfile::Builder::new();
+        b.prefix(STAGING);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // what `mkdir` gives (less the umask), not the temporary directory's 0700: the
+            // directory becomes the version readers open
+            b.permissions(fs::Permissions::from_mode(0o777));
+        }
+        let dir = b
+            .tempdir_in(root)
+            .map_err(io_err("create a staging directory in", root))?;
+        let lock = lock_dir(dir.path(), false).ok().flatten();
+        Ok(Self { dir, _lock: lock })
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where the analysis of `model` saves its conditionals.
+    pub(crate) fn model_path(&self, model: ModelId) -> PathBuf {
+        self.path().join(model_file(model))
+    }
+
+    /// The random part of the directory's name.
+    fn suffix(&self) -> String {
+        self.path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(STAGING))
+            .unwrap_or("x")
+            .to_string()
+    }
+}
+
+/// The per-name upload locks of a library.
+type Uploads = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// An upload's hold on its voice name: uploads of one name run one after the other.
+#[derive(Debug)]
+pub(crate) struct NameLock {
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    name: String,
+    uploads: Uploads,
+}
+
+impl Drop for NameLock {
+    fn drop(&mut self) {
+        let mut map = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.guard.take());
+        if map
+            .get(&self.name)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.name);
+        }
+    }
+}
+
+/// What [`VoiceLibrary::commit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Committed {
+    /// Whether a voice of that name existed and was replaced.
+    pub replaced: bool,
+}
+
+/// A voice as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VoiceEntry {
+    /// The models with conditionals stored, in [`ModelId::ALL`] order.
+    pub models: Vec<ModelId>,
+    /// Whether the voice has its clip (every voice uploaded since the clip is kept; not those
+    /// of the earlier flat layout), so models without conditionals yet can derive them.
+    pub clip: bool,
+}
+
+/// The voice directory (see the module docs for its layout).
 #[derive(Debug, Clone)]
 pub struct VoiceLibrary {
     dir: PathBuf,
+    uploads: Uploads,
 }
 
 impl VoiceLibrary {
-    /// Opens (creating it if needed) the library in `dir`, removing staging directories a
-    /// crash left behind.
+    /// Opens (creating it if needed) the library in `dir`, removing what a crash left behind:
+    /// staging directories no live upload holds, versions no voice points to, temporary
+    /// pointers, voice directories never committed, and flat-layout files a voice of the new
+    /// layout replaced.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, ServerError> {
         let dir = dir.into();
         let err = |source| ServerError::Voices {
             path: dir.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(err)?;
-        for entry in std::fs::read_dir(&dir).map_err(err)? {
-            let entry = entry.map_err(err)?;
-            if entry.file_name().to_string_lossy().starts_with(STAGING) {
-                let _ = std::fs::remove_dir_all(entry.path());
+        fs::create_dir_all(&dir).map_err(err)?;
+        let lib = Self {
+            dir: dir.clone(),
+            uploads: Uploads::default(),
+        };
+        lib.clean().map_err(|e| err(io::Error::other(e)))?;
+        Ok(lib)
+    }
+
+    /// The start-up cleaning of [`VoiceLibrary::open`].
+    fn clean(&self) -> Result<(), StoreError> {
+        let _lock = lock_library(&self.dir)?;
+        let entries = fs::read_dir(&self.dir).map_err(io_err("read", &self.dir))?;
+        let mut committed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("read", &self.dir))?;
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if name.starts_with(STAGING) {
+                // an upload of a live process holds its lock: leave it
+                if lock_dir(&path, false).is_ok() {
+                    tracing::info!(dir = %path.display(), "removing an upload a crash left behind");
+                    let _ = fs::remove_dir_all(&path);
+                }
+            } else if name.starts_with(TRASH) {
+                let _ = fs::remove_dir_all(&path);
+            } else if valid_voice_name(&name) && path.is_dir() {
+                match read_current(&path) {
+                    Ok(Some(v)) if path.join(&v).is_dir() => {
+                        remove_stale(&path, &v);
+                        committed.push(name);
+                    }
+                    Ok(None) => {
+                        // a first upload cut short: nothing of it was ever visible
+                        remove_stale(&path, "");
+                        let _ = fs::remove_dir(&path);
+                    }
+                    Ok(Some(v)) => {
+                        tracing::warn!(
+                            voice = name,
+                            version = v,
+                            "the voice's current version is missing; left as it is"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(voice = name, error = %e, "the voice cannot be read; left as it is");
+                    }
+                }
             }
         }
-        Ok(Self { dir })
+        for name in committed {
+            self.remove_flat(&name);
+        }
+        Ok(())
     }
 
     /// The directory.
@@ -51,17 +464,66 @@ impl VoiceLibrary {
         &self.dir
     }
 
-    /// The file of voice `name` for `model` (`name` must be valid).
-    pub fn path(&self, name: &str, model: ModelId) -> PathBuf {
-        self.dir.join(format!("{name}.{}.{EXT}", model.name()))
+    /// The directory of voice `name` (`name` must be valid).
+    fn voice_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
-    /// The voices and the models each has a file for, by name.
-    pub fn list(&self) -> io::Result<BTreeMap<String, Vec<ModelId>>> {
-        let mut out: BTreeMap<String, Vec<ModelId>> = BTreeMap::new();
-        for entry in std::fs::read_dir(&self.dir)? {
-            let file = entry?.file_name();
+    /// The live version directory of voice `name`, if it has one.
+    fn version(&self, name: &str) -> Option<PathBuf> {
+        let voice = self.voice_dir(name);
+        match read_current(&voice) {
+            Ok(v) => v.map(|v| voice.join(v)),
+            Err(e) => {
+                tracing::warn!(voice = name, error = %e, "the voice cannot be read");
+                None
+            }
+        }
+    }
+
+    /// The flat-layout file of voice `name` for `model`.
+    fn flat_path(&self, name: &str, model: ModelId) -> PathBuf {
+        self.dir.join(format!("{name}.{}", model_file(model)))
+    }
+
+    /// The file a request of `model` in voice `name` starts from (`name` must be valid): the
+    /// model's conditionals when stored; else the voice's clip, from which the worker derives
+    /// them ([`voice_file`]); else the flat-layout file. It exists when the voice can be
+    /// spoken by `model`.
+    pub fn path(&self, name: &str, model: ModelId) -> PathBuf {
+        match self.version(name) {
+            Some(v) => {
+                let derived = v.join(model_file(model));
+                if derived.is_file() {
+                    derived
+                } else {
+                    v.join(CLIP)
+                }
+            }
+            None => self.flat_path(name, model),
+        }
+    }
+
+    /// The voices by name: the models each has conditionals for, and whether it has its clip.
+    pub(crate) fn voices(&self) -> io::Result<BTreeMap<String, VoiceEntry>> {
+        let mut out: BTreeMap<String, VoiceEntry> = BTreeMap::new();
+        let mut flat: BTreeMap<String, Vec<ModelId>> = BTreeMap::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let file = entry.file_name();
             let Some(file) = file.to_str() else { continue };
+            if valid_voice_name(file) {
+                let Some(v) = self.version(file) else {
+                    continue;
+                };
+                let models = ModelId::ALL
+                    .into_iter()
+                    .filter(|m| v.join(model_file(*m)).is_file())
+                    .collect();
+                let clip = v.join(CLIP).is_file();
+                out.insert(file.to_string(), VoiceEntry { models, clip });
+                continue;
+            }
             let Some(stem) = file.strip_suffix(&format!(".{EXT}")) else {
                 continue;
             };
@@ -69,20 +531,52 @@ impl VoiceLibrary {
                 continue;
             };
             if let (true, Some(m)) = (valid_voice_name(name), ModelId::from_name(model)) {
-                out.entry(name.to_string()).or_default().push(m);
+                flat.entry(name.to_string()).or_default().push(m);
             }
         }
-        for models in out.values_mut() {
+        for (name, mut models) in flat {
+            if out.contains_key(&name) {
+                continue; // replaced by the new layout (removed at the next start)
+            }
             models.sort();
+            out.insert(
+                name,
+                VoiceEntry {
+                    models,
+                    clip: false,
+                },
+            );
         }
         Ok(out)
     }
 
-    /// Deletes voice `name` (every model's file); whether it existed.
+    /// The voices and the models each has conditionals for, by name.
+    pub fn list(&self) -> io::Result<BTreeMap<String, Vec<ModelId>>> {
+        Ok(self
+            .voices()?
+            .into_iter()
+            .map(|(name, e)| (name, e.models))
+            .collect())
+    }
+
+    /// Deletes voice `name` (its clip and every model's conditionals, and its flat-layout
+    /// files); whether it existed. The voice disappears at once (its directory is renamed
+    /// away, then removed).
     pub fn delete(&self, name: &str) -> io::Result<bool> {
+        let _lock = lock_library(&self.dir).map_err(io::Error::other)?;
         let mut found = false;
+        let voice = self.voice_dir(name);
+        if voice.is_dir() {
+            found = matches!(read_current(&voice), Ok(Some(_)));
+            let trash = tempfile::Builder::new()
+                .prefix(TRASH)
+                .tempdir_in(&self.dir)?;
+            fs::rename(&voice, trash.path().join(name))?;
+            sync_dir(&self.dir).map_err(io::Error::other)?;
+            drop(trash); // removed; a crash leaves it to the next start
+        }
         for m in ModelId::ALL {
-            match std::fs::remove_file(self.path(name, m)) {
+            match fs::remove_file(self.flat_path(name, m)) {
                 Ok(()) => found = true,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -91,38 +585,238 @@ impl VoiceLibrary {
         Ok(found)
     }
 
-    /// A fresh staging directory for an upload.
-    pub(crate) fn staging(&self) -> io::Result<tempfile::TempDir> {
-        tempfile::Builder::new()
-            .prefix(STAGING)
-            .tempdir_in(&self.dir)
+    /// Holds voice `name` for an upload: uploads of one name run one after the other.
+    pub(crate) async fn lock_name(&self, name: &str) -> NameLock {
+        let m = self
+            .uploads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        let guard = m.lock_owned().await;
+        NameLock {
+            guard: Some(guard),
+            name: name.to_string(),
+            uploads: self.uploads.clone(),
+        }
     }
 
-    /// Moves the staged files of voice `name` into place (each rename is atomic), replacing
-    /// the files of models not in `models` as well (removed), so the voice is all new.
-    pub(crate) fn commit(&self, name: &str, staged: &Path, models: &[ModelId]) -> io::Result<()> {
+    /// A staging directory for an upload, with the (normalised) clip written into it.
+    pub(crate) fn stage(&self, clip: &Audio) -> Result<Staging, StoreError> {
+        let staging = Staging::new(&self.dir)?;
+        let path = staging.path().join(CLIP);
+        let bytes =
+            chatterbox_dsp::audio::wav_bytes(clip, WavFormat::Float32).map_err(|source| {
+                StoreError::Clip {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        write_synced(&path, &bytes)?;
+        Ok(staging)
+    }
+
+    /// Makes the staged upload (its clip and the conditionals of `models`) voice `name`,
+    /// replacing the voice of that name (its clip and every model's conditionals) at once.
+    pub(crate) fn commit(
+        &self,
+        name: &str,
+        staging: Staging,
+        models: &[ModelId],
+    ) -> Result<Committed, StoreError> {
+        // every file and the directory on disk before the version can become visible
+        sync_file(&staging.path().join(CLIP))?;
         for m in models {
-            std::fs::rename(
-                staged.join(format!("{}.{EXT}", m.name())),
-                self.path(name, *m),
-            )?;
+            sync_file(&staging.model_path(*m))?;
         }
-        for m in ModelId::ALL.iter().filter(|m| !models.contains(m)) {
-            match std::fs::remove_file(self.path(name, *m)) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
+        sync_dir(staging.path())?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let version = format!("{VERSION}{secs}-{}", staging.suffix());
+        let lock = lock_library(&self.dir)?;
+        let staged = staging.dir.keep();
+        let r = self.commit_locked(name, &staged, &version);
+        if r.is_err() && !crashed(&r) {
+            let _ = fs::remove_dir_all(&staged);
+        }
+        drop(lock);
+        r
+    }
+
+    /// The steps of [`VoiceLibrary::commit`], under the commit lock.
+    fn commit_locked(
+        &self,
+        name: &str,
+        staged: &Path,
+        version: &str,
+    ) -> Result<Committed, StoreError> {
+        let voice = self.voice_dir(name);
+        step!(VoiceDir)?;
+        match fs::create_dir(&voice) {
+            Ok(()) => sync_dir(&self.dir)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && voice.is_dir() => {}
+            Err(e) => return Err(io_err("create", &voice)(e)),
+        }
+        let replaced = matches!(read_current(&voice), Ok(Some(_)))
+            || ModelId::ALL
+                .into_iter()
+                .any(|m| self.flat_path(name, m).is_file());
+        step!(Version)?;
+        let target = voice.join(version);
+        fs::rename(staged, &target).map_err(io_err("move the upload to", &target))?;
+        sync_dir(&voice)?;
+        sync_dir(&self.dir)?;
+        step!(Pointer)?;
+        let tmp = voice.join(format!("{CURRENT_TMP}{version}"));
+        write_synced(&tmp, format!("{version}\n").as_bytes())?;
+        step!(Current)?;
+        let current = voice.join(CURRENT);
+        fs::rename(&tmp, &current).map_err(io_err("replace", &current))?;
+        sync_dir(&voice)?;
+        step!(Cleanup)?;
+        // the new version is live: what it replaced goes
+        remove_stale(&voice, version);
+        self.remove_flat(name);
+        Ok(Committed { replaced })
+    }
+
+    /// Removes the flat-layout files of voice `name` (a voice of the new layout replaced them).
+    fn remove_flat(&self, name: &str) {
+        for m in ModelId::ALL {
+            let p = self.flat_path(name, m);
+            match fs::remove_file(&p) {
+                Ok(()) => {
+                    tracing::info!(file = %p.display(), "removed a flat-layout voice file the voice's upload replaced")
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(file = %p.display(), error = %e, "cannot remove a replaced voice file")
+                }
             }
         }
-        Ok(())
-    }
-
-    /// The staged file of `model` in a staging directory.
-    pub(crate) fn staged_path(staged: &Path, model: ModelId) -> PathBuf {
-        staged.join(format!("{}.{EXT}", model.name()))
     }
 }
 
+/// Removes from a voice directory the versions other than `keep` and temporary pointers
+/// (what the library made; anything else is left alone).
+fn remove_stale(voice: &Path, keep: &str) {
+    let Ok(entries) = fs::read_dir(voice) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(file) = file.to_str() else { continue };
+        let path = entry.path();
+        let r = if file.starts_with(VERSION) && file != keep && path.is_dir() {
+            fs::remove_dir_all(&path)
+        } else if file.starts_with(CURRENT_TMP) {
+            fs::remove_file(&path)
+        } else {
+            continue;
+        };
+        if let Err(e) = r {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale voice file");
+        }
+    }
+}
+
+/// What a worker loads for a library voice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VoiceFile {
+    /// Conditionals to load as they are.
+    Ready(PathBuf),
+    /// The model has no conditionals for the voice yet: they are derived from its clip.
+    Derive(Derive),
+}
+
+/// A model's conditionals to derive from a voice's clip ([`derive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Derive {
+    /// The voice's clip.
+    pub clip: PathBuf,
+    /// Where the conditionals are stored (beside the clip).
+    pub target: PathBuf,
+    /// The model.
+    pub model: ModelId,
+}
+
+/// What to load for `model` from the voice file `path` that [`VoiceLibrary::path`] gave: the
+/// model's conditionals when stored, the clip to derive them from otherwise. When the version
+/// `path` is in has gone (the voice was replaced since the request was read), the voice's
+/// live version is used. Files not in a version (the flat layout) are loaded as they are.
+pub(crate) fn voice_file(path: &Path, model: ModelId) -> VoiceFile {
+    let ready = || VoiceFile::Ready(path.to_path_buf());
+    let layered = path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .is_some_and(|f| f == CLIP || ModelId::ALL.iter().any(|m| f == model_file(*m)));
+    let Some(version) = path.parent().filter(|_| layered) else {
+        return ready();
+    };
+    let in_version = |version: &Path| {
+        let target = version.join(model_file(model));
+        if target.is_file() {
+            return Some(VoiceFile::Ready(target));
+        }
+        let clip = version.join(CLIP);
+        clip.is_file().then_some(VoiceFile::Derive(Derive {
+            clip,
+            target,
+            model,
+        }))
+    };
+    if let Some(f) = in_version(version) {
+        return f;
+    }
+    let live = version
+        .parent()
+        .and_then(|voice| Some(voice.join(read_current(voice).ok()??)));
+    live.and_then(|v| in_version(&v)).unwrap_or_else(ready)
+}
+
+/// Derives `d.model`'s conditionals from the voice's clip with `analyse` (which saves them to
+/// the path it is given) and stores them beside the clip; returns where. Conditionals another
+/// worker or server stored meanwhile are kept. [`StoreError::Gone`] when the version was
+/// replaced or deleted meanwhile ([`voice_file`] then finds the live one).
+pub(crate) fn derive(
+    d: &Derive,
+    analyse: &mut dyn FnMut(&Audio, &Path) -> Result<(), ModelError>,
+) -> Result<PathBuf, DeriveError> {
+    let (Some(version), Some(root)) = (
+        d.target.parent(),
+        d.clip
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent),
+    ) else {
+        return Err(StoreError::Gone.into());
+    };
+    if !d.clip.is_file() {
+        return Err(StoreError::Gone.into());
+    }
+    let audio = chatterbox_dsp::audio::load(&d.clip).map_err(|source| StoreError::Clip {
+        path: d.clip.clone(),
+        source,
+    })?;
+    let staging = Staging::new(root)?;
+    let staged = staging.model_path(d.model);
+    analyse(&audio, &staged).map_err(DeriveError::Analysis)?;
+    sync_file(&staged)?;
+    let _lock = lock_library(root)?;
+    if !version.is_dir() {
+        return Err(StoreError::Gone.into());
+    }
+    if !d.target.exists() {
+        fs::rename(&staged, &d.target).map_err(io_err("store", &d.target))?;
+        sync_dir(version)?;
+    }
+    Ok(d.target.clone())
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -136,18 +830,281 @@ mod tests {
         }
     }
 
+    /// A clip of `n` samples at 24 kHz whose content tells it apart.
+    fn clip(n: usize, seed: f32) -> Audio {
+        Audio::new(
+            (0..n)
+                .map(|i| ((i as f32) * 0.01 + seed).sin() * 0.5)
+                .collect(),
+            CLIP_RATE,
+        )
+    }
+
+    /// A fake analysis: the clip's length and first sample, as text.
+    fn fake_conds(a: &Audio, model: ModelId) -> String {
+        format!("{} {} {}", model.name(), a.samples.len(), a.samples[0])
+    }
+
+    /// Uploads `audio` as `name` for `models` with the fake analysis.
+    fn upload(
+        lib: &VoiceLibrary,
+        name: &str,
+        audio: &Audio,
+        models: &[ModelId],
+    ) -> Result<Committed, StoreError> {
+        let staging = lib.stage(audio).unwrap();
+        for m in models {
+            fs::write(staging.model_path(*m), fake_conds(audio, *m)).unwrap();
+        }
+        lib.commit(name, staging, models)
+    }
+
+    /// Asserts voice `name` is whole and is `audio` analysed for exactly `models`.
+    fn assert_voice(lib: &VoiceLibrary, name: &str, audio: &Audio, models: &[ModelId]) {
+        let v = lib.version(name).expect("a live version");
+        let stored = chatterbox_dsp::audio::load(v.join(CLIP)).unwrap();
+        assert_eq!(&stored, audio, "the clip is the upload's, bit for bit");
+        for m in ModelId::ALL {
+            let f = v.join(model_file(m));
+            if models.contains(&m) {
+                assert_eq!(fs::read_to_string(&f).unwrap(), fake_conds(audio, m));
+                assert_eq!(lib.path(name, m), f);
+            } else {
+                assert!(!f.exists(), "{m}: from another upload");
+                assert_eq!(lib.path(name, m), v.join(CLIP));
+            }
+        }
+    }
+
+    /// Everything in `dir`, recursively, relative.
+    fn tree(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+                if p.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     #[test]
-    fn list_and_delete() {
+    fn an_upload_keeps_its_clip_and_a_reupload_replaces_everything() {
         let tmp = tempfile::tempdir().unwrap();
         let lib = VoiceLibrary::open(tmp.path()).unwrap();
-        std::fs::write(lib.path("amy", ModelId::English), b"x").unwrap();
-        std::fs::write(lib.path("amy", ModelId::Turbo), b"x").unwrap();
-        std::fs::write(tmp.path().join("junk.txt"), b"x").unwrap();
-        let l = lib.list().unwrap();
-        assert_eq!(l["amy"], vec![ModelId::English, ModelId::Turbo]);
-        assert_eq!(l.len(), 1);
+        let a = clip(2400, 0.0);
+        let first = upload(&lib, "amy", &a, &[ModelId::English, ModelId::Turbo]).unwrap();
+        assert!(!first.replaced);
+        assert_voice(&lib, "amy", &a, &[ModelId::English, ModelId::Turbo]);
+        let l = lib.voices().unwrap();
+        assert_eq!(l["amy"].models, vec![ModelId::English, ModelId::Turbo]);
+        assert!(l["amy"].clip);
+        // replaced by an upload under another model set: nothing of the first one is left
+        let b = clip(3000, 1.0);
+        let again = upload(&lib, "amy", &b, &[ModelId::Multilingual]).unwrap();
+        assert!(again.replaced);
+        assert_voice(&lib, "amy", &b, &[ModelId::Multilingual]);
+        let files = tree(tmp.path());
+        assert_eq!(files.len(), 5, "{files:?}"); // amy, current, version, clip, one model
         assert!(lib.delete("amy").unwrap());
         assert!(!lib.delete("amy").unwrap());
-        assert!(lib.list().unwrap().is_empty());
+        assert!(tree(tmp.path()).is_empty());
+    }
+
+    #[test]
+    fn a_kill_at_any_step_leaves_the_old_voice_or_the_new_one_whole() {
+        let steps = [
+            Step::VoiceDir,
+            Step::Version,
+            Step::Pointer,
+            Step::Current,
+            Step::Cleanup,
+        ];
+        for s in steps {
+            let tmp = tempfile::tempdir().unwrap();
+            let lib = VoiceLibrary::open(tmp.path()).unwrap();
+            let (a, b) = (clip(2400, 0.0), clip(3000, 1.0));
+            upload(&lib, "amy", &a, &[ModelId::English, ModelId::Turbo]).unwrap();
+            let before = tree(tmp.path());
+            CRASH_AT.with(|c| c.set(Some(s)));
+            let r = upload(&lib, "amy", &b, &[ModelId::English]);
+            // and a first upload of another name
+            let r2 = upload(&lib, "bob", &b, &[ModelId::English]);
+            CRASH_AT.with(|c| c.set(None));
+            assert!(matches!(r, Err(StoreError::Crash(x)) if x == s), "{s:?}");
+            assert!(matches!(r2, Err(StoreError::Crash(_))), "{s:?}");
+            assert!(
+                tree(tmp.path()).iter().any(|f| f.starts_with(STAGING)) || s != Step::VoiceDir,
+                "{s:?}: the kill left its staging"
+            );
+            // the next start
+            let lib = VoiceLibrary::open(tmp.path()).unwrap();
+            let committed = s == Step::Cleanup;
+            if committed {
+                assert_voice(&lib, "amy", &b, &[ModelId::English]);
+                assert_voice(&lib, "bob", &b, &[ModelId::English]);
+            } else {
+                assert_voice(&lib, "amy", &a, &[ModelId::English, ModelId::Turbo]);
+                assert!(!lib.voices().unwrap().contains_key("bob"), "{s:?}");
+                assert_eq!(tree(tmp.path()), before, "{s:?}: nothing else is left");
+            }
+            let left = tree(tmp.path());
+            assert!(
+                left.iter()
+                    .all(|f| !f.contains(STAGING) && !f.contains(CURRENT_TMP)),
+                "{s:?}: {left:?}"
+            );
+            let versions = left
+                .iter()
+                .filter(|f| f.starts_with("amy/") && f.matches('/').count() == 1)
+                .count();
+            assert_eq!(versions, 2, "{s:?}: current and one version: {left:?}");
+        }
+    }
+
+    #[test]
+    fn the_flat_layout_is_read_listed_replaced_and_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("old.chatterbox.safetensors"), b"x").unwrap();
+        fs::write(tmp.path().join("old.chatterbox-turbo.safetensors"), b"x").unwrap();
+        fs::write(tmp.path().join("gone.chatterbox.safetensors"), b"x").unwrap();
+        fs::write(tmp.path().join("junk.txt"), b"x").unwrap();
+        let lib = VoiceLibrary::open(tmp.path()).unwrap();
+        let l = lib.voices().unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l["old"].models, vec![ModelId::English, ModelId::Turbo]);
+        assert!(!l["old"].clip);
+        assert_eq!(
+            lib.path("old", ModelId::English),
+            tmp.path().join("old.chatterbox.safetensors")
+        );
+        assert!(!lib.path("old", ModelId::Multilingual).exists());
+        assert_eq!(
+            voice_file(&lib.path("old", ModelId::English), ModelId::English),
+            VoiceFile::Ready(tmp.path().join("old.chatterbox.safetensors"))
+        );
+        // an upload of the name replaces the flat files
+        let a = clip(2400, 0.0);
+        assert!(upload(&lib, "old", &a, &[ModelId::Nano]).unwrap().replaced);
+        assert_voice(&lib, "old", &a, &[ModelId::Nano]);
+        assert!(!tmp.path().join("old.chatterbox.safetensors").exists());
+        assert!(lib.delete("gone").unwrap());
+        let left = tree(tmp.path());
+        assert!(
+            left.contains(&"junk.txt".to_string()),
+            "not ours: left alone"
+        );
+        assert!(
+            !left
+                .iter()
+                .any(|f| f.ends_with(".safetensors") && !f.contains('/')),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn a_model_loaded_later_derives_from_the_clip_and_stores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = VoiceLibrary::open(tmp.path()).unwrap();
+        let a = clip(2400, 0.0);
+        upload(&lib, "amy", &a, &[ModelId::English]).unwrap();
+        let p = lib.path("amy", ModelId::Turbo);
+        let VoiceFile::Derive(d) = voice_file(&p, ModelId::Turbo) else {
+            panic!("expected a derivation");
+        };
+        let mut calls = 0;
+        let got = derive(&d, &mut |audio, path| {
+            calls += 1;
+            fs::write(path, fake_conds(audio, ModelId::Turbo))?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(calls, 1);
+        assert_eq!(got, d.target);
+        assert_voice(&lib, "amy", &a, &[ModelId::English, ModelId::Turbo]);
+        assert_eq!(voice_file(&p, ModelId::Turbo), VoiceFile::Ready(got));
+        // a failed analysis stores nothing
+        let p = lib.path("amy", ModelId::Nano);
+        let VoiceFile::Derive(d) = voice_file(&p, ModelId::Nano) else {
+            panic!("expected a derivation");
+        };
+        let e = derive(&d, &mut |_, _| Err("too short".into())).unwrap_err();
+        assert!(matches!(e, DeriveError::Analysis(_)));
+        assert!(!d.target.exists());
+        assert!(!tree(tmp.path()).iter().any(|f| f.starts_with(STAGING)));
+    }
+
+    #[test]
+    fn a_request_of_a_replaced_version_follows_the_voice() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = VoiceLibrary::open(tmp.path()).unwrap();
+        let (a, b) = (clip(2400, 0.0), clip(3000, 1.0));
+        upload(&lib, "amy", &a, &[ModelId::English]).unwrap();
+        let old_conds = lib.path("amy", ModelId::English);
+        let old_clip = lib.path("amy", ModelId::Turbo);
+        let VoiceFile::Derive(d) = voice_file(&old_clip, ModelId::Turbo) else {
+            panic!("expected a derivation");
+        };
+        upload(&lib, "amy", &b, &[ModelId::English]).unwrap();
+        // the version the request read is gone: its derivation says so, and the file is found
+        // in the live version
+        let e = derive(&d, &mut |_, path| Ok(fs::write(path, b"x")?)).unwrap_err();
+        assert!(matches!(e, DeriveError::Store(StoreError::Gone)), "{e}");
+        let live = lib.version("amy").unwrap();
+        assert_eq!(
+            voice_file(&old_conds, ModelId::English),
+            VoiceFile::Ready(live.join(model_file(ModelId::English)))
+        );
+        assert!(matches!(
+            voice_file(&old_clip, ModelId::Turbo),
+            VoiceFile::Derive(Derive { clip, .. }) if clip == live.join(CLIP)
+        ));
+        lib.delete("amy").unwrap();
+        assert_eq!(
+            voice_file(&old_conds, ModelId::English),
+            VoiceFile::Ready(old_conds.clone())
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_start_leaves_a_live_upload_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = VoiceLibrary::open(tmp.path()).unwrap();
+        let live = lib.stage(&clip(100, 0.0)).unwrap();
+        let dead = tmp.path().join(format!("{STAGING}dead"));
+        fs::create_dir(&dead).unwrap();
+        fs::write(dead.join(CLIP), b"x").unwrap();
+        let trash = tmp.path().join(format!("{TRASH}x"));
+        fs::create_dir(&trash).unwrap();
+        VoiceLibrary::open(tmp.path()).unwrap();
+        assert!(live.path().join(CLIP).is_file());
+        assert!(!dead.exists());
+        assert!(!trash.exists());
+        drop(live);
+        assert!(tree(tmp.path()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn uploads_of_one_name_take_turns() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = VoiceLibrary::open(tmp.path()).unwrap();
+        let first = lib.lock_name("amy").await;
+        let other = lib.lock_name("bob").await;
+        let lib2 = lib.clone();
+        let waiting = tokio::spawn(async move {
+            let _l = lib2.lock_name("amy").await;
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        drop(first);
+        waiting.await.unwrap();
+        drop(other);
+        assert!(lib.uploads.lock().unwrap().is_empty());
     }
 }

@@ -1,11 +1,15 @@
 //! The voice library endpoints: `POST /v1/voices` (multipart: `name` and the audio file,
-//! decoded with the checked decoders, analysed once per served model and saved atomically),
-//! `GET /v1/voices` and `DELETE /v1/voices/{name}`.
+//! decoded with the checked decoders, kept as the voice's clip, analysed once per loaded model
+//! and saved atomically, replacing a voice of that name), `GET /v1/voices` and
+//! `DELETE /v1/voices/{name}`. Names that speech requests map to something else (`default`,
+//! OpenAI's voice names, configured voice aliases) are refused: a voice stored under one could
+//! never be spoken.
 use crate::app::App;
+use crate::config::OPENAI_VOICES;
 use crate::error::ApiError;
 use crate::job::{VoiceJob, Work};
 use crate::speech::body_error;
-use crate::voices::{valid_voice_name, VoiceLibrary};
+use crate::voices::{normalise_clip, valid_voice_name, VoiceLibrary};
 use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -29,28 +33,56 @@ fn bad_name(name: &str) -> ApiError {
     )
 }
 
-/// `GET /v1/voices`: `{"object": "list", "data": [{"id", "object": "voice", "models"}]}`.
+/// Why speech requests could never use a library voice called `name`, if they could not: the
+/// server maps `default` and OpenAI's voice names to the built-in voice, and the configured
+/// aliases to their voices, before it looks in the library.
+fn reserved(app: &App, name: &str) -> Option<ApiError> {
+    let why = if name == "default" || OPENAI_VOICES.contains(&name) {
+        "speech requests with that voice use the model's built-in voice (`default` and \
+         OpenAI's voice names are reserved)"
+    } else if app.config.voice_aliases.contains_key(name) {
+        "it is a configured voice alias: speech requests with that voice use the voice it \
+         maps to"
+    } else {
+        return None;
+    };
+    Some(ApiError::invalid(
+        "name",
+        format!("the voice name {name:?} is reserved: {why}; choose another name"),
+    ))
+}
+
+/// `GET /v1/voices`: `{"object": "list", "data": [{"id", "object": "voice", "models",
+/// "clip"}]}`: `models` are those with conditionals stored; a voice with its `clip` is
+/// analysed for other models on first use (voices of the earlier flat layout have none).
 pub(crate) async fn list(State(app): State<Arc<App>>) -> Response {
     let lib = match library(&app) {
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
-    match lib.list() {
-        Ok(voices) => {
+    let lib = lib.clone();
+    let voices = tokio::task::spawn_blocking(move || lib.voices()).await;
+    match voices {
+        Ok(Ok(voices)) => {
             let data: Vec<_> = voices
                 .into_iter()
-                .map(|(name, models)| {
-                    let models: Vec<_> = models.iter().map(|m| m.name()).collect();
-                    serde_json::json!({"id": name, "object": "voice", "models": models})
+                .map(|(name, v)| {
+                    let models: Vec<_> = v.models.iter().map(|m| m.name()).collect();
+                    serde_json::json!({"id": name, "object": "voice", "models": models,
+                                       "clip": v.clip})
                 })
                 .collect();
             Json(serde_json::json!({"object": "list", "data": data})).into_response()
         }
-        Err(e) => ApiError::internal(format!("cannot read the voice library: {e}")).into_response(),
+        Ok(Err(e)) => {
+            ApiError::internal(format!("cannot read the voice library: {e}")).into_response()
+        }
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
 }
 
-/// `DELETE /v1/voices/{name}`.
+/// `DELETE /v1/voices/{name}` (names reserved for uploads can be deleted: earlier versions
+/// stored them).
 pub(crate) async fn delete(State(app): State<Arc<App>>, Path(name): Path<String>) -> Response {
     let lib = match library(&app) {
         Ok(l) => l,
@@ -59,7 +91,15 @@ pub(crate) async fn delete(State(app): State<Arc<App>>, Path(name): Path<String>
     if !valid_voice_name(&name) {
         return bad_name(&name).into_response();
     }
-    match lib.delete(&name) {
+    let deleted = {
+        let (lib, name) = (lib.clone(), name.clone());
+        tokio::task::spawn_blocking(move || lib.delete(&name)).await
+    };
+    let deleted = match deleted {
+        Ok(d) => d,
+        Err(e) => return ApiError::internal(e.to_string()).into_response(),
+    };
+    match deleted {
         Ok(true) => Json(serde_json::json!({"id": name, "object": "voice", "deleted": true}))
             .into_response(),
         Ok(false) => ApiError::not_found(
@@ -119,25 +159,41 @@ async fn upload(
     if !valid_voice_name(&name) {
         return Err(bad_name(&name));
     }
+    if let Some(e) = reserved(&app, &name) {
+        return Err(e);
+    }
     let audio = audio.ok_or_else(|| ApiError::invalid("file", "missing the `file` field"))?;
-    let audio =
-        tokio::task::spawn_blocking(move || chatterbox_dsp::audio::decode(audio.to_vec(), None))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::invalid("file", format!("cannot read the audio: {e}")))?;
-    let audio = Arc::new(audio);
+    // The clip as the library keeps it: decoded, mono, at the analysis's rate. The models
+    // analyse this same clip now, and models loaded later analyse it from the file, so both
+    // get the same conditionals.
+    let clip = tokio::task::spawn_blocking(move || {
+        // TODO(decode cap): decode with the maximum duration (chatterbox-dsp's capped decode)
+        // and answer its too-long error with a 400 naming the limit.
+        let audio = chatterbox_dsp::audio::decode(audio.to_vec(), None)?;
+        normalise_clip(&audio)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::invalid("file", format!("cannot read the audio: {e}")))?;
+    let clip = Arc::new(clip);
     let models = app.engine.models();
     if models.is_empty() {
         return Err(ApiError::unavailable("the models are still loading"));
     }
-    let staging = lib
-        .staging()
-        .map_err(|e| ApiError::internal(format!("cannot write the voice library: {e}")))?;
+    // uploads of one name one after the other: the later one replaces the earlier
+    let _name = lib.lock_name(&name).await;
+    let staging = {
+        let (lib, clip) = (lib.clone(), clip.clone());
+        tokio::task::spawn_blocking(move || lib.stage(&clip))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("cannot write the voice library: {e}")))?
+    };
     for &m in &models {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let job = VoiceJob {
-            audio: audio.clone(),
-            path: VoiceLibrary::staged_path(staging.path(), m),
+            audio: clip.clone(),
+            path: staging.model_path(m),
             reply,
         };
         app.engine
@@ -145,13 +201,26 @@ async fn upload(
         rx.await
             .map_err(|_| ApiError::internal("the voice analysis ended unexpectedly"))??;
     }
-    lib.commit(&name, staging.path(), &models)
-        .map_err(|e| ApiError::internal(format!("cannot write the voice library: {e}")))?;
-    tracing::info!(voice = %name, secs = audio.duration_secs(), "voice added");
+    let committed = {
+        let (lib, name, models) = (lib.clone(), name.clone(), models.clone());
+        tokio::task::spawn_blocking(move || lib.commit(&name, staging, &models))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("cannot write the voice library: {e}")))?
+    };
+    tracing::info!(
+        voice = %name,
+        secs = clip.duration_secs(),
+        replaced = committed.replaced,
+        "voice added"
+    );
     let models: Vec<_> = models.iter().map(|m| m.name()).collect();
     Ok((
         StatusCode::CREATED,
-        Json(serde_json::json!({"id": name, "object": "voice", "models": models})),
+        Json(
+            serde_json::json!({"id": name, "object": "voice", "models": models,
+                                "clip": true, "replaced": committed.replaced}),
+        ),
     )
         .into_response())
 }

@@ -5,16 +5,25 @@
 //! A model that batches ([`SpeechModel::batch`]) is served differently: its first speech job
 //! opens a batch, and the worker keeps adding that model's queued speech jobs while the batch
 //! has room, stepping all of them together, until the batch and the queue are empty. A voice
-//! job taken meanwhile waits until the running requests are done (the batch borrows the
-//! model); other models of the same worker wait for the batch to empty.
+//! job taken meanwhile is analysed between two rounds by the batch
+//! ([`SpeechBatch::save_voice`]), and admissions go on; only a batch that cannot analyse
+//! makes it wait until the running requests are done (the batch borrows the model). Other
+//! models of the same worker wait for the batch to empty.
+//!
+//! A library voice that a model has no conditionals for yet (uploaded while the model was not
+//! loaded) gets them derived from the voice's clip when a request first uses it, here on the
+//! worker, and stored for the next time (see [`crate::voices::derive`]).
 use crate::engine::{Loader, Shared};
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
 use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel};
+use crate::voices::{self, DeriveError, StoreError, VoiceFile};
+use chatterbox_dsp::Audio;
 use chatterbox_pipeline::PipelineError;
 use crossbeam_channel::{Receiver, Select};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
@@ -86,10 +95,30 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
             .find(|(m, _)| *m == id)
             .map(|(_, rx)| (*rx).clone());
         let mut next = Some(job);
-        while let Some(job) = next.take() {
+        while let Some(mut job) = next.take() {
             let batched = matches!(job.work, Work::Speech(_)) && model.concurrency() > 1;
             let done = std::panic::catch_unwind(AssertUnwindSafe(|| match (batched, &rx) {
-                (true, Some(rx)) => serve_batch(model.as_ref(), job, rx, shared),
+                (true, Some(rx)) => {
+                    // a voice to derive is derived now, while no batch holds the model
+                    if let Work::Speech(s) = &mut job.work {
+                        let m = &mut **model;
+                        match prepare_voice(s.voice.as_deref(), id, &mut |a, p| m.save_voice(a, p))
+                        {
+                            Prepared::Ready(v) => s.voice = v,
+                            Prepared::Failed(e) => {
+                                let _ = s.tx.send(Event::Error(e));
+                                return None;
+                            }
+                            Prepared::Defer => {
+                                let _ = s.tx.send(Event::Error(ApiError::internal(
+                                    "the voice could not be analysed",
+                                )));
+                                return None;
+                            }
+                        }
+                    }
+                    serve_batch(model.as_ref(), job, rx, shared)
+                }
                 _ => {
                     shared.running.fetch_add(1, Ordering::AcqRel);
                     work(model.as_mut(), job);
@@ -141,7 +170,23 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
         send(Event::Error(ApiError::timeout()));
         return;
     }
-    if let Err(e) = model.use_voice(job.voice.as_deref()) {
+    let id_model = model.id();
+    let voice = match prepare_voice(job.voice.as_deref(), id_model, &mut |a, p| {
+        model.save_voice(a, p)
+    }) {
+        Prepared::Ready(v) => v,
+        Prepared::Failed(e) => {
+            send(Event::Error(e));
+            return;
+        }
+        Prepared::Defer => {
+            send(Event::Error(ApiError::internal(
+                "the voice could not be analysed",
+            )));
+            return;
+        }
+    };
+    if let Err(e) = model.use_voice(voice.as_deref()) {
         send(Event::Error(classify(&e, Some("voice"))));
         return;
     }
@@ -222,8 +267,8 @@ impl Running {
 }
 
 /// Serves `first` and the model's queued speech jobs as one batch (see the module docs) until
-/// both are empty; returns a voice job taken from the queue meanwhile, for the caller to do
-/// next.
+/// both are empty; returns a job the batch could not take (a voice job, or a speech job whose
+/// voice must be analysed, when the batch cannot analyse), for the caller to do next.
 fn serve_batch(
     model: &dyn SpeechModel,
     first: Job,
@@ -244,11 +289,14 @@ fn serve_batch(
         None => return Some(first),
     };
     let mut running: BTreeMap<u64, Running> = BTreeMap::new();
+    // A job the batch cannot take now (it waits for the batch to drain; no job is admitted
+    // meanwhile), and a speech job taken while the batch was full (the next to join).
     let mut deferred: Option<Job> = None;
     let mut pending = Some(first);
     loop {
-        // Admissions while there is room (none once a voice job waits).
-        while deferred.is_none() && batch.has_room() {
+        // Between two rounds: speech jobs join while there is room, and voice jobs at the
+        // head of the queue are analysed now, room or not.
+        while deferred.is_none() {
             let job = match pending.take() {
                 Some(j) => j,
                 None => match rx.try_recv() {
@@ -256,13 +304,40 @@ fn serve_batch(
                     Err(_) => break,
                 },
             };
-            if matches!(job.work, Work::Voice(_)) {
-                deferred = Some(job);
+            let job = match job {
+                Job {
+                    work: Work::Voice(v),
+                    _slot,
+                } => {
+                    shared.running.fetch_add(1, Ordering::AcqRel);
+                    let r = batch_analyse(batch.as_mut(), &v.audio, &v.path);
+                    shared.running.fetch_sub(1, Ordering::AcqRel);
+                    match r {
+                        Err(e) if e.is::<AnalysisDeferred>() => {
+                            deferred = Some(Job {
+                                work: Work::Voice(v),
+                                _slot,
+                            });
+                        }
+                        r => {
+                            let _ = v.reply.send(r.map_err(|e| classify(&e, Some("file"))));
+                        }
+                    }
+                    continue;
+                }
+                job => job,
+            };
+            if !batch.has_room() {
+                pending = Some(job);
                 break;
             }
-            if let Some((rid, r)) = admit(batch.as_mut(), model, job) {
-                shared.running.fetch_add(1, Ordering::AcqRel);
-                running.insert(rid, r);
+            match admit(batch.as_mut(), model, job) {
+                Admission::Admitted(rid, r) => {
+                    shared.running.fetch_add(1, Ordering::AcqRel);
+                    running.insert(rid, r);
+                }
+                Admission::Deferred(job) => deferred = Some(job),
+                Admission::Answered => {}
             }
         }
         if running.is_empty() {
@@ -284,7 +359,8 @@ fn serve_batch(
                     "batch drained"
                 );
             }
-            break;
+            // (a job still pending found no room in an empty batch: it opens the next one)
+            return deferred.or(pending);
         }
         // Clients gone and deadlines passed leave before the step.
         let now = Instant::now();
@@ -358,21 +434,41 @@ fn serve_batch(
             }
         }
     }
-    deferred
 }
 
-/// Adds a speech job to the batch, or answers it with its error.
-fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, job: Job) -> Option<(u64, Running)> {
-    let Work::Speech(s) = &job.work else {
-        return None;
+/// What became of a speech job offered to a batch.
+enum Admission {
+    /// It joined the batch under this id.
+    Admitted(u64, Running),
+    /// Its voice must be analysed and the batch cannot now: it waits for the batch to drain.
+    Deferred(Job),
+    /// It was answered (its error sent, or its client had gone).
+    Answered,
+}
+
+/// Adds a speech job to the batch (deriving its voice's conditionals first if the model has
+/// none yet), or answers it with its error.
+fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, mut job: Job) -> Admission {
+    let Work::Speech(s) = &mut job.work else {
+        return Admission::Answered;
     };
     if s.tx.is_closed() {
         tracing::info!(request = s.id, "client left while queued");
-        return None;
+        return Admission::Answered;
     }
     if Instant::now() >= s.deadline {
         let _ = s.tx.send(Event::Error(ApiError::timeout()));
-        return None;
+        return Admission::Answered;
+    }
+    match prepare_voice(s.voice.as_deref(), model.id(), &mut |a, p| {
+        batch_analyse(batch, a, p)
+    }) {
+        Prepared::Ready(v) => s.voice = v,
+        Prepared::Failed(e) => {
+            let _ = s.tx.send(Event::Error(e));
+            return Admission::Answered;
+        }
+        Prepared::Defer => return Admission::Deferred(job),
     }
     let mut opts = model.default_options();
     s.overrides.apply(&mut opts);
@@ -380,14 +476,14 @@ fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, job: Job) -> Opti
         opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
     }
     match batch.add(s.voice.as_deref(), &s.text, &opts) {
-        Ok(rid) => Some((
+        Ok(rid) => Admission::Admitted(
             rid,
             Running {
                 job,
                 started: Instant::now(),
                 samples: 0,
             },
-        )),
+        ),
         Err(e) => {
             let param = if e.downcast_ref::<NoBuiltinVoice>().is_some() || s.voice.is_some() {
                 Some("voice")
@@ -395,9 +491,87 @@ fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, job: Job) -> Opti
                 None
             };
             let _ = s.tx.send(Event::Error(classify(&e, param)));
-            None
+            Admission::Answered
         }
     }
+}
+
+/// A batch that cannot analyse a voice now ([`SpeechBatch::save_voice`] said `None`).
+#[derive(Debug, thiserror::Error)]
+#[error("the batch cannot analyse a voice")]
+struct AnalysisDeferred;
+
+/// A voice analysis by the batch, between rounds; a panic inside fails this analysis alone.
+fn batch_analyse(
+    batch: &mut dyn SpeechBatch,
+    audio: &Audio,
+    path: &Path,
+) -> Result<(), ModelError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| batch.save_voice(audio, path))) {
+        Ok(Some(r)) => r,
+        Ok(None) => Err(Box::new(AnalysisDeferred)),
+        Err(_) => {
+            tracing::error!("a voice analysis panicked");
+            Err("the voice analysis failed".into())
+        }
+    }
+}
+
+/// A speech job's voice, made ready for its model.
+enum Prepared {
+    /// The file to load (`None`: the built-in voice).
+    Ready(Option<PathBuf>),
+    /// The voice must be analysed, and that cannot be done now.
+    Defer,
+    /// The request's error.
+    Failed(ApiError),
+}
+
+/// Makes a speech job's voice ready for `model`: a library voice that the model has no
+/// conditionals for yet gets them derived from its clip by `analyse` and stored.
+fn prepare_voice(
+    voice: Option<&Path>,
+    model: ModelId,
+    analyse: &mut dyn FnMut(&Audio, &Path) -> Result<(), ModelError>,
+) -> Prepared {
+    let Some(path) = voice else {
+        return Prepared::Ready(None);
+    };
+    // twice at most: a voice replaced during the derivation is looked up again
+    for _ in 0..2 {
+        let d = match voices::voice_file(path, model) {
+            VoiceFile::Ready(p) => return Prepared::Ready(Some(p)),
+            VoiceFile::Derive(d) => d,
+        };
+        let t0 = Instant::now();
+        match voices::derive(&d, analyse) {
+            Ok(p) => {
+                tracing::info!(
+                    model = %model,
+                    voice = %d.clip.display(),
+                    secs = t0.elapsed().as_secs_f64(),
+                    "voice analysed for the model on first use"
+                );
+                return Prepared::Ready(Some(p));
+            }
+            Err(DeriveError::Store(StoreError::Gone)) => continue,
+            Err(DeriveError::Analysis(e)) if e.is::<AnalysisDeferred>() => return Prepared::Defer,
+            Err(DeriveError::Analysis(e)) => {
+                tracing::warn!(model = %model, voice = %d.clip.display(), error = %e, "the voice cannot be analysed for the model");
+                return Prepared::Failed(classify(&e, Some("voice")));
+            }
+            Err(DeriveError::Store(e)) => {
+                return Prepared::Failed(ApiError::internal(format!(
+                    "cannot prepare the voice for model {model}: {e}"
+                )))
+            }
+        }
+    }
+    Prepared::Failed(ApiError::not_found(
+        Some("voice"),
+        "voice_not_found",
+        "the voice was replaced or deleted while it was being prepared",
+    ))
 }
 
 /// The API error of a model error: bad input is a 400, anything else a 500.
