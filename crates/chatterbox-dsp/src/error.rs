@@ -29,6 +29,25 @@ pub enum DspError {
         /// What the decoder said.
         reason: String,
     },
+    /// The audio is longer than the decoder was allowed to decode
+    /// ([`MAX_DECODED_SECONDS`](crate::audio::MAX_DECODED_SECONDS) unless the caller gave
+    /// another limit). Nothing past the limit was decoded or allocated.
+    #[error(
+        "{source_name}: the audio is longer than the limit of {seconds_limit} s ({})",
+        claimed_seconds.map_or_else(
+            || "decoding stopped when it passed the limit".to_string(),
+            |s| format!("its header says {s:.1} s"),
+        )
+    )]
+    TooLong {
+        /// File name or `<memory>`.
+        source_name: String,
+        /// The limit, in seconds.
+        seconds_limit: f64,
+        /// The length the file's header claims, in seconds, when the file was refused before
+        /// decoding; `None` when decoding stopped as the audio passed the limit.
+        claimed_seconds: Option<f64>,
+    },
     /// A WAV file could not be written.
     #[error("{path}: cannot write WAV ({reason})")]
     Encode {

@@ -1,5 +1,6 @@
 //! Decoding WAV, FLAC, MP3, Ogg Vorbis, AAC and ALAC in MP4/M4A and raw AAC (ADTS) with
-//! symphonia, downmixed to mono by the channel mean (librosa's `to_mono`).
+//! symphonia, downmixed to mono by the channel mean (librosa's `to_mono`), at most [`MAX_DECODED_SECONDS`] long unless the caller gives another
+//! limit (see [`limit`]).
 //!
 //! The container is chosen from the first bytes of the file (after any ID3v2 tags) and its
 //! symphonia reader is opened directly. symphonia's own probe is not used: it scans the whole
@@ -18,6 +19,8 @@
 //! symphonia becomes an error (see [`decode_source`]).
 use super::Audio;
 use crate::error::{check_signal, DspError, Result};
+use limit::{Limit, MonoSamples};
+pub use limit::{MAX_DECODED_SECONDS, MAX_SAMPLE_RATE};
 use std::fs::File;
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::panic::AssertUnwindSafe;
@@ -35,21 +38,43 @@ use symphonia::default::formats::{
 pub const SUPPORTED_FORMATS: &str =
     "WAV, FLAC, MP3, Ogg Vorbis, AAC or ALAC in MP4/M4A, raw AAC (ADTS)";
 
-/// Decodes the audio file at `path` to mono.
+/// Decodes the audio file at `path` to mono, at most [`MAX_DECODED_SECONDS`] long (longer audio
+/// is [`DspError::TooLong`]).
 pub fn load(path: impl AsRef<Path>) -> Result<Audio> {
+    load_with_limit(path, MAX_DECODED_SECONDS)
+}
+
+/// Decodes the audio file at `path` to mono, at most `max_seconds` long: a file whose header
+/// claims more is refused before decoding, and decoding stops as soon as the audio passes the
+/// limit, with [`DspError::TooLong`] (audio of exactly `max_seconds` is accepted).
+/// `max_seconds` must be positive and finite ([`DspError::InvalidParameter`]).
+pub fn load_with_limit(path: impl AsRef<Path>, max_seconds: f64) -> Result<Audio> {
+    let limit = Limit::new(max_seconds)?;
     let path = path.as_ref();
     let file = File::open(path).map_err(|source| DspError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    decode_source(file, &path.display().to_string())
+    decode_source(file, &path.display().to_string(), limit)
 }
 
-/// Decodes an in-memory audio file to mono. The content decides the format; `extension`
-/// (`"wav"`, `"mp3"`, ...) is accepted for callers that have one and is not needed.
+/// Decodes an in-memory audio file to mono, at most [`MAX_DECODED_SECONDS`] long (longer audio
+/// is [`DspError::TooLong`]). The content decides the format; `extension` (`"wav"`, `"mp3"`,
+/// ...) is accepted for callers that have one and is not needed.
 pub fn decode(bytes: Vec<u8>, extension: Option<&str>) -> Result<Audio> {
+    decode_with_limit(bytes, extension, MAX_DECODED_SECONDS)
+}
+
+/// [`decode`] with a limit of `max_seconds` instead of [`MAX_DECODED_SECONDS`], as
+/// [`load_with_limit`] has (a server gives the longest upload it accepts).
+pub fn decode_with_limit(
+    bytes: Vec<u8>,
+    extension: Option<&str>,
+    max_seconds: f64,
+) -> Result<Audio> {
     let _ = extension;
-    decode_source(Cursor::new(bytes), "<memory>")
+    let limit = Limit::new(max_seconds)?;
+    decode_source(Cursor::new(bytes), "<memory>", limit)
 }
 
 /// The containers with a symphonia reader in this build.
@@ -216,9 +241,9 @@ fn codec_name(id: AudioCodecId) -> String {
 /// Vorbis `lookup1_values` asserts in every build (checked beforehand by [`vorbis`] where the
 /// headers are within the first [`OGG_HEADER_SCAN`] bytes). Nothing outlives the unwind: the
 /// reader, decoder and buffers are all dropped with it. The panic hook still prints the panic.
-fn decode_source<S: MediaSource + 'static>(source: S, name: &str) -> Result<Audio> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| decode_unguarded(source, name))).unwrap_or_else(
-        |payload| {
+fn decode_source<S: MediaSource + 'static>(source: S, name: &str, limit: Limit) -> Result<Audio> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| decode_unguarded(source, name, limit)))
+        .unwrap_or_else(|payload| {
             let what = payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -228,11 +253,14 @@ fn decode_source<S: MediaSource + 'static>(source: S, name: &str) -> Result<Audi
                 source_name: name.to_string(),
                 reason: format!("the decoder failed on malformed data (it panicked: {what})"),
             })
-        },
-    )
+        })
 }
 
-fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Result<Audio> {
+fn decode_unguarded<S: MediaSource + 'static>(
+    mut source: S,
+    name: &str,
+    limit: Limit,
+) -> Result<Audio> {
     let unsupported = |what: String| DspError::UnsupportedFormat {
         source_name: name.to_string(),
         reason: format!("{what}; the formats that work are {SUPPORTED_FORMATS}"),
@@ -305,6 +333,7 @@ fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Resu
         .default_track(TrackType::Audio)
         .ok_or_else(|| corrupt(format!("the {} file has no audio track", container.name())))?;
     let track_id = track.id;
+    let claimed_frames = track.num_frames;
     let params = track
         .codec_params
         .as_ref()
@@ -326,11 +355,20 @@ fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Resu
             c => format!("{codec} in {} is not supported", c.name()),
         }));
     }
+    // the length the container gives, before anything is decoded; MP3 and ADTS lengths are
+    // symphonia's estimates from the bit rate, left to the decoded length
+    let exact_length = !matches!(container, Container::Mpeg | Container::Adts);
+    if let (Some(frames), Some(rate), true) = (claimed_frames, params.sample_rate, exact_length) {
+        limit.check_claim(frames, rate, name)?;
+    }
     let mut decoder = codecs
         .make_audio_decoder(&params, &AudioDecoderOptions::default())
         .map_err(symphonia_error)?;
     let mut rate = params.sample_rate;
-    let mut mono: Vec<f32> = Vec::new();
+    let mut mono = match rate {
+        Some(rate) => Some(MonoSamples::new(limit, rate, name)?),
+        None => None,
+    };
     let mut interleaved: Vec<f32> = Vec::new();
     loop {
         let packet = match format.next_packet() {
@@ -347,37 +385,32 @@ fn decode_unguarded<S: MediaSource + 'static>(mut source: S, name: &str) -> Resu
         }
         let buf = decoder.decode(&packet).map_err(symphonia_error)?;
         let spec = buf.spec();
-        rate = rate.or(Some(spec.rate()));
+        let out = match &mut mono {
+            Some(out) => out,
+            // the rate of the first buffer, where the container does not give one
+            None => {
+                rate = Some(spec.rate());
+                mono.insert(MonoSamples::new(limit, spec.rate(), name)?)
+            }
+        };
         let channels = spec.channels().count().max(1);
         interleaved.resize(buf.samples_interleaved(), 0.0);
         buf.copy_to_slice_interleaved(&mut interleaved);
-        if channels == 1 {
-            mono.extend_from_slice(&interleaved);
-        } else {
-            let inv = channels as f32;
-            mono.extend(
-                interleaved
-                    .chunks_exact(channels)
-                    .map(|f| f.iter().sum::<f32>() / inv),
-            );
-        }
+        out.push_interleaved(&interleaved, channels)?;
     }
-    let sample_rate = rate.ok_or_else(|| corrupt("the sample rate is not given".into()))?;
-    if sample_rate == 0 {
-        return Err(DspError::UnsupportedSampleRate {
-            what: name.to_string(),
-            got: 0,
-            expected: None,
-        });
-    }
+    let (Some(out), Some(sample_rate)) = (mono, rate) else {
+        return Err(corrupt("the sample rate is not given".into()));
+    };
+    let samples = out.into_samples();
     // no samples, or NaN / infinite ones (a float WAV may hold any bit pattern)
-    check_signal(name, &mono)?;
+    check_signal(name, &samples)?;
     Ok(Audio {
-        samples: mono,
+        samples,
         sample_rate,
     })
 }
 
+mod limit;
 mod vorbis;
 
 /// Chunks of a WAV file looked through for its data chunk.

@@ -3,7 +3,10 @@
 mod decode;
 mod wav;
 
-pub use decode::{decode, load, SUPPORTED_FORMATS};
+pub use decode::{
+    decode, decode_with_limit, load, load_with_limit, MAX_DECODED_SECONDS, MAX_SAMPLE_RATE,
+    SUPPORTED_FORMATS,
+};
 pub use wav::{
     encode_samples, wav_bytes, wav_stream_header, write_wav, RawFileWriter, WavFileWriter,
     WavFormat, UNKNOWN_WAV_SIZE,

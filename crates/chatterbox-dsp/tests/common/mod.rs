@@ -1,5 +1,6 @@
-//! Inputs shared by the decoder robustness tests (`hostile.rs`, `allocation.rs`,
-//! `properties.rs`): the ffmpeg fixtures of tests/data and hand-made headers with absurd values.
+//! Inputs shared by the decoder tests (`hostile.rs`, `allocation.rs`, `properties.rs`,
+//! `limits.rs`): the ffmpeg fixtures of tests/data, hand-made headers with absurd values, and
+//! files that expand to hours.
 // each test binary uses part of this module; a missing fixture or marker is a failing test
 #![allow(dead_code, clippy::panic)]
 
@@ -21,7 +22,8 @@ pub fn audio_or_file_error(result: Result<Audio, DspError>) -> Result<(), String
             | DspError::Decode { .. }
             | DspError::EmptyAudio { .. }
             | DspError::NonFinite { .. }
-            | DspError::UnsupportedSampleRate { .. },
+            | DspError::UnsupportedSampleRate { .. }
+            | DspError::TooLong { .. },
         ) => Ok(()),
         Err(e) => Err(format!("unexpected error kind: {e:?}")),
     }
@@ -97,6 +99,13 @@ pub fn wav(
     chunk(b"RIFF", body.len() as u32, &body)
 }
 
+/// A WAV file made by [`wav`] (no extension bytes) whose RIFF and data chunk sizes claim
+/// `data_len` bytes of samples, whatever it holds.
+pub fn wav_claiming(bytes: &[u8], data_len: u32) -> Vec<u8> {
+    let riff = patched(bytes, 4, &(data_len + 36).to_le_bytes());
+    patched(&riff, 40, &data_len.to_le_bytes())
+}
+
 /// `bytes` with `new` written at `at`.
 pub fn patched(bytes: &[u8], at: usize, new: &[u8]) -> Vec<u8> {
     let mut out = bytes.to_vec();
@@ -153,6 +162,65 @@ fn ogg_crc(page: &[u8]) -> u32 {
         }
     }
     crc
+}
+
+/// A FLAC frame's CRC-8 (polynomial 0x07) or CRC-16 (0x8005), MSB first, initial value 0.
+fn flac_crc(bytes: &[u8], bits: u32, poly: u32) -> u32 {
+    let top = 1u32 << (bits - 1);
+    let mask = if bits == 32 {
+        u32::MAX
+    } else {
+        (1 << bits) - 1
+    };
+    let mut crc = 0u32;
+    for &b in bytes {
+        crc ^= u32::from(b) << (bits - 8);
+        for _ in 0..8 {
+            crc = (if crc & top != 0 {
+                (crc << 1) ^ poly
+            } else {
+                crc << 1
+            }) & mask;
+        }
+    }
+    crc
+}
+
+/// Samples in each frame of [`flac_constant`]: the largest FLAC block.
+pub const FLAC_BLOCK: u64 = 65_535;
+
+/// A 16-bit mono FLAC at `rate` of `frames` frames of [`FLAC_BLOCK`] samples, each a constant
+/// subframe (the value 4096: 0.125) in 13-15 bytes. STREAMINFO gives `total` samples (0:
+/// unknown). 2000 frames, 27 KB, are 131 M samples.
+pub fn flac_constant(rate: u32, frames: u32, total: u64) -> Vec<u8> {
+    let block = FLAC_BLOCK as u16;
+    let mut out = b"fLaC".to_vec();
+    out.extend_from_slice(&[0x80, 0, 0, 34]); // the last metadata block: STREAMINFO, 34 bytes
+    out.extend_from_slice(&streaminfo(block, block, 0, 0, rate, 1, 16, total));
+    for n in 0..frames {
+        // sync, fixed block size; block size in 16 bits at the end of the header, rate from
+        // STREAMINFO; mono, 16 bits
+        let mut frame = vec![0xFF, 0xF8, 0x70, 0x08];
+        // the frame number, UTF-8 coded
+        match n {
+            0..=0x7F => frame.push(n as u8),
+            0x80..=0x7FF => {
+                frame.extend_from_slice(&[0xC0 | (n >> 6) as u8, 0x80 | (n & 0x3F) as u8])
+            }
+            _ => frame.extend_from_slice(&[
+                0xE0 | ((n >> 12) & 0x0F) as u8,
+                0x80 | ((n >> 6) & 0x3F) as u8,
+                0x80 | (n & 0x3F) as u8,
+            ]),
+        }
+        frame.extend_from_slice(&(block - 1).to_be_bytes());
+        frame.push(flac_crc(&frame, 8, 0x07) as u8);
+        frame.extend_from_slice(&[0x00, 0x10, 0x00]); // a constant subframe of 4096
+        let crc = flac_crc(&frame, 16, 0x8005) as u16;
+        frame.extend_from_slice(&crc.to_be_bytes());
+        out.extend_from_slice(&frame);
+    }
+    out
 }
 
 /// An Ogg fixture with `new` written at `at` in its first page (the codec's identification
@@ -528,6 +596,21 @@ pub fn hostile_inputs() -> Vec<(String, Vec<u8>)> {
     add(
         "vorbis: 2 codebooks of 2^16 16-bit codewords",
         vorbis_with_codebooks(2, 16, &[1 << 16], 31),
+    );
+
+    // files longer than MAX_DECODED_SECONDS: a WAV header claiming 3 hours, constant FLAC
+    // frames for 4.5 hours (unknown length, and the length given)
+    add(
+        "wav: RIFF and data sizes of 3 hours",
+        wav_claiming(&ok, 3 * 3600 * 32_000),
+    );
+    add(
+        "flac: 250 constant frames of 65535 at 1 kHz",
+        flac_constant(1_000, 250, 0),
+    );
+    add(
+        "flac: 250 constant frames of 65535 at 1 kHz, length given",
+        flac_constant(1_000, 250, 250 * FLAC_BLOCK),
     );
 
     // OpusHead: channel count at 37, mapping family at 46
