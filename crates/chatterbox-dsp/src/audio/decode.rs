@@ -1,12 +1,13 @@
 //! Decoding WAV, FLAC, MP3, Ogg Vorbis, AAC and ALAC in MP4/M4A and raw AAC (ADTS) with
-//! symphonia, downmixed to mono by the channel mean (librosa's `to_mono`), at most [`MAX_DECODED_SECONDS`] long unless the caller gives another
+//! symphonia, and Ogg Opus with libopus (see [`opus`]), downmixed to mono by the channel mean
+//! (librosa's `to_mono`), at most [`MAX_DECODED_SECONDS`] long unless the caller gives another
 //! limit (see [`limit`]).
 //!
 //! The container is chosen from the first bytes of the file (after any ID3v2 tags) and its
 //! symphonia reader is opened directly. symphonia's own probe is not used: it scans the whole
 //! input for a marker and, when none fits, logs `probe reached EOF` at error level through `log`
 //! before failing, which a CLI user would see ahead of our error. Containers and codecs that are
-//! recognised but not decoded (Ogg Opus, Matroska/WebM, AIFF, ...) are named in the error, with
+//! recognised but not decoded (Matroska/WebM, AIFF, Ogg Speex, ...) are named in the error, with
 //! [`SUPPORTED_FORMATS`].
 //!
 //! A WAV stream of unknown length (data size `0xFFFFFFFF`, what ffmpeg and `chatterbox speak
@@ -36,7 +37,7 @@ use symphonia::default::formats::{
 
 /// The formats [`decode`] and [`load`] accept, as listed in their errors.
 pub const SUPPORTED_FORMATS: &str =
-    "WAV, FLAC, MP3, Ogg Vorbis, AAC or ALAC in MP4/M4A, raw AAC (ADTS)";
+    "WAV, FLAC, MP3, Ogg Vorbis, Ogg Opus, AAC or ALAC in MP4/M4A, raw AAC (ADTS)";
 
 /// Decodes the audio file at `path` to mono, at most [`MAX_DECODED_SECONDS`] long (longer audio
 /// is [`DspError::TooLong`]).
@@ -241,6 +242,8 @@ fn codec_name(id: AudioCodecId) -> String {
 /// Vorbis `lookup1_values` asserts in every build (checked beforehand by [`vorbis`] where the
 /// headers are within the first [`OGG_HEADER_SCAN`] bytes). Nothing outlives the unwind: the
 /// reader, decoder and buffers are all dropped with it. The panic hook still prints the panic.
+/// The same guard covers the Ogg Opus path ([`opus`]): libopus and the `ogg` crate are not known
+/// to panic, but both are checked for overflow in debug builds like symphonia.
 fn decode_source<S: MediaSource + 'static>(source: S, name: &str, limit: Limit) -> Result<Audio> {
     std::panic::catch_unwind(AssertUnwindSafe(|| decode_unguarded(source, name, limit)))
         .unwrap_or_else(|payload| {
@@ -305,6 +308,9 @@ fn decode_unguarded<S: MediaSource + 'static>(
             .read_to_end(&mut head)
             .map_err(io_error)?;
         source.seek(SeekFrom::Start(0)).map_err(io_error)?;
+        if opus::starts_opus(&head) {
+            return opus::decode(&mut source, start, name, limit);
+        }
         if let [ident, _comment, setup] = &ogg_packets(&head, 3)[..] {
             if ident.starts_with(b"\x01vorbis") {
                 vorbis::check_setup(setup).map_err(bad_vorbis)?;
@@ -411,6 +417,7 @@ fn decode_unguarded<S: MediaSource + 'static>(
 }
 
 mod limit;
+mod opus;
 mod vorbis;
 
 /// Chunks of a WAV file looked through for its data chunk.

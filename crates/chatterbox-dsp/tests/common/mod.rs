@@ -1,6 +1,6 @@
 //! Inputs shared by the decoder tests (`hostile.rs`, `allocation.rs`, `properties.rs`,
-//! `limits.rs`): the ffmpeg fixtures of tests/data, hand-made headers with absurd values, and
-//! files that expand to hours.
+//! `limits.rs`, `opus.rs`, `formats.rs`): the ffmpeg fixtures of tests/data, hand-made headers
+//! with absurd values, files that expand to hours, and a frequency estimate.
 // each test binary uses part of this module; a missing fixture or marker is a failing test
 #![allow(dead_code, clippy::panic)]
 
@@ -30,7 +30,7 @@ pub fn audio_or_file_error(result: Result<Audio, DspError>) -> Result<(), String
 }
 
 /// The decodable fixtures of tests/data (README.md there says how each was made).
-pub const FIXTURES: [&str; 8] = [
+pub const FIXTURES: [&str; 9] = [
     "aac_mono_24k.m4a",
     "aac_stereo_44k.m4a",
     "alac_mono_24k.m4a",
@@ -39,6 +39,7 @@ pub const FIXTURES: [&str; 8] = [
     "flac_mono_24k.flac",
     "mp3_mono_24k.mp3",
     "vorbis_mono_24k.ogg",
+    "opus_mono_48k.ogg",
 ];
 
 pub fn fixture(name: &str) -> Vec<u8> {
@@ -164,6 +165,30 @@ fn ogg_crc(page: &[u8]) -> u32 {
     crc
 }
 
+/// `bytes` with the Ogg page at `page` given a granule position of `granule`, its CRC made
+/// right again.
+pub fn ogg_granule_patched(bytes: &[u8], page: usize, granule: u64) -> Vec<u8> {
+    let mut bytes = patched(bytes, page + 6, &granule.to_le_bytes());
+    let segments = usize::from(bytes[page + 26]);
+    let len = 27
+        + segments
+        + bytes[page + 27..page + 27 + segments]
+            .iter()
+            .map(|&s| usize::from(s))
+            .sum::<usize>();
+    let crc = ogg_crc(&bytes[page..page + len]);
+    bytes[page + 22..page + 26].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// The offset of the last Ogg page in `bytes`.
+pub fn last_ogg_page(bytes: &[u8]) -> usize {
+    bytes
+        .windows(4)
+        .rposition(|w| w == b"OggS")
+        .unwrap_or_else(|| panic!("no Ogg page"))
+}
+
 /// A FLAC frame's CRC-8 (polynomial 0x07) or CRC-16 (0x8005), MSB first, initial value 0.
 fn flac_crc(bytes: &[u8], bits: u32, poly: u32) -> u32 {
     let top = 1u32 << (bits - 1);
@@ -221,6 +246,29 @@ pub fn flac_constant(rate: u32, frames: u32, total: u64) -> Vec<u8> {
         out.extend_from_slice(&frame);
     }
     out
+}
+
+/// The frequency in 300..600 Hz with the most energy (Hann-windowed DFT on a 0.5 Hz grid).
+pub fn dominant_frequency(x: &[f32], rate: u32) -> f64 {
+    use std::f64::consts::PI;
+    let n = x.len() as f64;
+    let power = |f: f64| {
+        let (mut re, mut im) = (0.0, 0.0);
+        for (i, &v) in x.iter().enumerate() {
+            let w = 0.5 - 0.5 * (2.0 * PI * i as f64 / n).cos();
+            let phase = 2.0 * PI * f * i as f64 / f64::from(rate);
+            re += w * f64::from(v) * phase.cos();
+            im -= w * f64::from(v) * phase.sin();
+        }
+        re * re + im * im
+    };
+    let grid = (0..600).map(|k| 300.0 + k as f64 * 0.5);
+    grid.map(|f| (power(f), f))
+        .fold(
+            (f64::MIN, 0.0),
+            |best, cur| if cur.0 > best.0 { cur } else { best },
+        )
+        .1
 }
 
 /// An Ogg fixture with `new` written at `at` in its first page (the codec's identification
@@ -599,7 +647,7 @@ pub fn hostile_inputs() -> Vec<(String, Vec<u8>)> {
     );
 
     // files longer than MAX_DECODED_SECONDS: a WAV header claiming 3 hours, constant FLAC
-    // frames for 4.5 hours (unknown length, and the length given)
+    // frames for 4.5 hours (unknown length, and the length given), an Opus end granule of 2^62
     add(
         "wav: RIFF and data sizes of 3 hours",
         wav_claiming(&ok, 3 * 3600 * 32_000),
@@ -611,6 +659,11 @@ pub fn hostile_inputs() -> Vec<(String, Vec<u8>)> {
     add(
         "flac: 250 constant frames of 65535 at 1 kHz, length given",
         flac_constant(1_000, 250, 250 * FLAC_BLOCK),
+    );
+    let opus = fixture("opus_mono_48k.ogg");
+    add(
+        "opus: end granule 2^62",
+        ogg_granule_patched(&opus, last_ogg_page(&opus), 1 << 62),
     );
 
     // OpusHead: channel count at 37, mapping family at 46

@@ -99,6 +99,11 @@ impl<'a> MonoSamples<'a> {
         })
     }
 
+    /// Samples so far.
+    pub(super) fn len(&self) -> usize {
+        self.samples.len()
+    }
+
     /// Appends frames of `channels` interleaved samples as their channel mean (librosa's
     /// `to_mono`), or refuses them when the signal would pass the limit.
     pub(super) fn push_interleaved(&mut self, interleaved: &[f32], channels: usize) -> Result<()> {
@@ -128,6 +133,11 @@ impl<'a> MonoSamples<'a> {
             );
         }
         Ok(())
+    }
+
+    /// Drops the samples past `len` (an Opus stream's end trimming).
+    pub(super) fn truncate(&mut self, len: usize) {
+        self.samples.truncate(len);
     }
 
     /// The samples decoded.
