@@ -488,7 +488,7 @@ impl VoiceLibrary {
 
     /// The file a request of `model` in voice `name` starts from (`name` must be valid): the
     /// model's conditionals when stored; else the voice's clip, from which the worker derives
-    /// them ([`voice_file`]); else the flat-layout file. It exists when the voice can be
+    /// them on first use; else the flat-layout file. It exists when the voice can be
     /// spoken by `model`.
     pub fn path(&self, name: &str, model: ModelId) -> PathBuf {
         match self.version(name) {
