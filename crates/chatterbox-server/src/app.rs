@@ -9,6 +9,11 @@ use crate::voices::{valid_voice_name, VoiceLibrary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// A request's id, given by the outermost middleware (in the request's extensions, the
+/// `x-request-id` response header and every log line of the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestId(pub u64);
+
 /// Shared server state.
 #[derive(Debug)]
 pub(crate) struct App {

@@ -1,5 +1,6 @@
 //! [`ServerConfig`]: where to listen, limits, timeouts, the API key, the voice directory and
 //! the OpenAI name mappings. Its `Default` is a local server on 127.0.0.1:8000.
+use crate::error::ServerError;
 use crate::model::ModelId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,7 +25,9 @@ pub struct ServerConfig {
     /// Address to listen on (port 0: an ephemeral port). Default `127.0.0.1:8000`.
     pub addr: SocketAddr,
     /// Bearer token every `/v1` request must carry; `None` lets everyone in. `/health`,
-    /// `/ready` and `/metrics` stay open. Default `None`.
+    /// `/ready` and `/metrics` stay open. An empty key (or one that could never match: blank,
+    /// with surrounding whitespace or control characters) is refused at start-up rather than
+    /// read as "no key". Default `None`.
     pub api_key: Option<String>,
     /// The voice library's directory (created if missing); `None` disables `/v1/voices`
     /// uploads. Default `None`.
@@ -40,6 +43,16 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// Longest pause while a request body arrives; the request gets 408 then. Default 30 s.
     pub body_timeout: Duration,
+    /// Longest a whole request body may take to arrive, from the end of its head, however
+    /// steadily it trickles; the request gets 408 then. Default 120 s.
+    pub body_deadline: Duration,
+    /// Longest a response write may stay blocked (a client that stopped reading: its socket
+    /// buffer is full); the connection is closed then, which stops the request's generation
+    /// as a disconnect does. Default 30 s.
+    pub write_timeout: Duration,
+    /// Most connections open at once; a connection beyond it is answered `503`
+    /// (`too_many_connections`, `Retry-After: 1`) and closed. Default 512.
+    pub max_connections: usize,
     /// Largest JSON body. Default 64 KiB.
     pub max_json_bytes: usize,
     /// Largest voice upload (multipart body). Default 20 MiB.
@@ -68,6 +81,9 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(300),
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
+            body_deadline: Duration::from_secs(120),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 512,
             max_json_bytes: 64 * 1024,
             max_upload_bytes: 20 * 1024 * 1024,
             max_new_tokens: None,
@@ -121,6 +137,24 @@ impl ServerConfig {
         self
     }
 
+    /// Sets [`ServerConfig::body_deadline`].
+    pub fn with_body_deadline(mut self, body_deadline: Duration) -> Self {
+        self.body_deadline = body_deadline;
+        self
+    }
+
+    /// Sets [`ServerConfig::write_timeout`].
+    pub fn with_write_timeout(mut self, write_timeout: Duration) -> Self {
+        self.write_timeout = write_timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_connections`].
+    pub fn with_max_connections(mut self, max_connections: usize) -> Self {
+        self.max_connections = max_connections;
+        self
+    }
+
     /// Sets [`ServerConfig::max_json_bytes`].
     pub fn with_max_json_bytes(mut self, max_json_bytes: usize) -> Self {
         self.max_json_bytes = max_json_bytes;
@@ -155,5 +189,81 @@ impl ServerConfig {
     pub fn with_retry_after_secs(mut self, retry_after_secs: u64) -> Self {
         self.retry_after_secs = retry_after_secs;
         self
+    }
+
+    /// Checks what would make the server misbehave quietly: an API key that is empty or could
+    /// never match (an unset key is `None`; `Some("")` is a mistake, e.g.
+    /// `CHATTERBOX_API_KEY=`, and is refused rather than read as "no authentication"), zero
+    /// timeouts, limits or connection counts. [`Server::bind`](crate::Server::bind) calls it.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        if let Some(key) = &self.api_key {
+            check_api_key(key)?;
+        }
+        for (name, d) in [
+            ("request_timeout", self.request_timeout),
+            ("header_timeout", self.header_timeout),
+            ("body_timeout", self.body_timeout),
+            ("body_deadline", self.body_deadline),
+            ("write_timeout", self.write_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ServerError::Config(format!("{name} is zero")));
+            }
+        }
+        for (name, n) in [
+            ("max_connections", self.max_connections),
+            ("max_json_bytes", self.max_json_bytes),
+            ("max_upload_bytes", self.max_upload_bytes),
+        ] {
+            if n == 0 {
+                return Err(ServerError::Config(format!("{name} is zero")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why `key` cannot be an API key, if it cannot.
+fn check_api_key(key: &str) -> Result<(), ServerError> {
+    let why = if key.trim().is_empty() {
+        "the API key is empty: refusing to serve without authentication by mistake (unset \
+         the key, e.g. CHATTERBOX_API_KEY, to serve without one)"
+    } else if key.trim() != key {
+        "the API key starts or ends with whitespace, which no `Authorization: Bearer` header \
+         can carry"
+    } else if key.chars().any(char::is_control) {
+        "the API key contains control characters, which no `Authorization` header can carry"
+    } else {
+        return Ok(());
+    };
+    Err(ServerError::Config(why.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_or_unusable_keys_and_zero_limits_are_refused() {
+        let ok = ServerConfig::default();
+        assert!(ok.validate().is_ok());
+        assert!(ok
+            .clone()
+            .with_api_key(Some("sk-1".into()))
+            .validate()
+            .is_ok());
+        for bad in ["", "   ", " sk-1", "sk-1\n", "sk\u{7}1"] {
+            let e = ok.clone().with_api_key(Some(bad.into())).validate();
+            assert!(matches!(e, Err(ServerError::Config(_))), "{bad:?}");
+        }
+        let e = ok.clone().with_api_key(Some(String::new())).validate();
+        assert!(format!("{}", e.unwrap_err()).contains("empty"));
+        assert!(ok.clone().with_max_connections(0).validate().is_err());
+        assert!(ok
+            .clone()
+            .with_body_deadline(Duration::ZERO)
+            .validate()
+            .is_err());
+        assert!(ok.with_write_timeout(Duration::ZERO).validate().is_err());
     }
 }

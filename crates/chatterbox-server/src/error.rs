@@ -1,9 +1,28 @@
 //! Errors: [`ApiError`], what a request gets back in OpenAI's JSON shape
 //! (`{"error": {"message", "type", "param", "code"}}`) with its HTTP status, and
 //! [`ServerError`], what stops the server from starting or running.
+//!
+//! A 500's message is the server's own business: it is logged (with the request id) and the
+//! client gets a generic message, never a file path, a model's error text or the request's
+//! text.
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::path::PathBuf;
+
+/// What a client is told instead of a 500's detail.
+pub(crate) const INTERNAL_MESSAGE: &str =
+    "the server had an error while processing your request (the details are in the server's \
+     log, under the request id in the `x-request-id` header)";
+
+/// What an error response carries for the access log (in the response's extensions): its
+/// code and field, never its message.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorInfo {
+    /// [`ApiError::code`].
+    pub code: Option<&'static str>,
+    /// [`ApiError::param`].
+    pub param: Option<String>,
+}
 
 /// An error answered to a client: status, OpenAI error type and code, the field at fault.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,11 +67,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
-    /// 401: missing or wrong API key.
+    /// 401: missing or wrong API key (OpenAI's `invalid_request_error` / `invalid_api_key`).
     pub fn unauthorized() -> Self {
         let mut e = Self::new(
             StatusCode::UNAUTHORIZED,
-            "authentication_error",
+            "invalid_request_error",
             "invalid or missing API key (send `Authorization: Bearer <key>`)",
         );
         e.code = Some("invalid_api_key");
@@ -70,6 +89,47 @@ impl ApiError {
     /// 404 for a path the server does not have.
     pub fn no_route() -> Self {
         Self::not_found(None, "not_found", "no such endpoint")
+    }
+
+    /// 404 for `method path`, which the server does not have (OpenAI's "Invalid URL").
+    pub fn no_route_for(method: &str, path: &str) -> Self {
+        Self::not_found(
+            None,
+            "not_found",
+            format!("invalid URL ({method} {}): no such endpoint", clip(path)),
+        )
+    }
+
+    /// 405: `path` exists but not for `method`; `allowed` lists the methods it takes.
+    pub fn method_not_allowed(method: &str, path: &str, allowed: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!(
+                "method {method} is not allowed on {} (allowed: {allowed})",
+                clip(path)
+            ),
+        );
+        e.code = Some("method_not_allowed");
+        e
+    }
+
+    /// Any other status in OpenAI's shape (for responses made below the handlers).
+    pub(crate) fn for_status(status: StatusCode) -> Self {
+        let kind = if status.is_server_error() {
+            "server_error"
+        } else {
+            "invalid_request_error"
+        };
+        let reason = status.canonical_reason().unwrap_or("error");
+        let mut e = Self::new(status, kind, reason.to_ascii_lowercase());
+        e.code = match status {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => Some("unsupported_media_type"),
+            StatusCode::REQUEST_TIMEOUT => Some("request_timeout"),
+            StatusCode::PAYLOAD_TOO_LARGE => Some("payload_too_large"),
+            _ => None,
+        };
+        e
     }
 
     /// 413: a body over the limit.
@@ -92,6 +152,18 @@ impl ApiError {
         );
         e.code = Some("queue_full");
         e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// 503: more connections are open than the server's `max_connections`.
+    pub fn too_many_connections() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the server has too many open connections; retry later",
+        );
+        e.code = Some("too_many_connections");
+        e.retry_after = Some(1);
         e
     }
 
@@ -125,21 +197,60 @@ impl ApiError {
         e
     }
 
-    /// 500: the model failed.
+    /// 408: the request body did not arrive in full within the body deadline.
+    pub fn body_deadline() -> Self {
+        let mut e = Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "the request body did not arrive in full within the server's body deadline",
+        );
+        e.code = Some("request_timeout");
+        e
+    }
+
+    /// 500: the model (or the server) failed. `message` is logged, never sent: the client
+    /// gets a generic message.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
-    /// The JSON body.
+    /// Whether the message stays in the server's log (a 500: it may name files or carry a
+    /// model's error text).
+    pub fn is_internal(&self) -> bool {
+        self.status == StatusCode::INTERNAL_SERVER_ERROR
+    }
+
+    /// The message a client sees: [`ApiError::message`], or a generic one for a 500.
+    pub fn public_message(&self) -> &str {
+        if self.is_internal() {
+            INTERNAL_MESSAGE
+        } else {
+            &self.message
+        }
+    }
+
+    /// The JSON body (a 500's detail replaced by a generic message).
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({
             "error": {
-                "message": self.message,
+                "message": self.public_message(),
                 "type": self.kind,
                 "param": self.param,
                 "code": self.code,
             }
         })
+    }
+}
+
+/// At most 100 characters of a client-given path, for messages.
+fn clip(path: &str) -> String {
+    const MAX: usize = 100;
+    if path.chars().count() <= MAX {
+        path.to_string()
+    } else {
+        let mut s: String = path.chars().take(MAX).collect();
+        s.push_str("...");
+        s
     }
 }
 
@@ -153,11 +264,19 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if self.is_internal() {
+            // the access log line that follows carries the request id
+            tracing::error!(detail = %self.message, "internal error (detail not sent to the client)");
+        }
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        r.extensions_mut().insert(ErrorInfo {
+            code: self.code,
+            param: self.param,
+        });
         r
     }
 }
@@ -193,4 +312,31 @@ pub enum ServerError {
     /// Serving failed.
     #[error("server I/O: {0}")]
     Io(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_500_body_keeps_its_detail_to_the_log() {
+        let e = ApiError::internal("cannot read /srv/models/t3.safetensors for \"secret text\"");
+        let body = e.body().to_string();
+        assert!(!body.contains("/srv") && !body.contains("secret"), "{body}");
+        assert_eq!(e.body()["error"]["type"], "server_error");
+        assert_eq!(e.public_message(), INTERNAL_MESSAGE);
+        // other errors say what is wrong
+        let e = ApiError::invalid("top_p", "top_p = 2 is out of range");
+        assert_eq!(e.body()["error"]["message"], "top_p = 2 is out of range");
+        let r = ApiError::unauthorized();
+        assert_eq!(
+            (r.kind, r.code),
+            ("invalid_request_error", Some("invalid_api_key"))
+        );
+        let r = ApiError::method_not_allowed("GET", "/v1/audio/speech", "POST");
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(r.message.contains("POST"));
+        let long = format!("/{}", "x".repeat(500));
+        assert!(ApiError::no_route_for("GET", &long).message.len() < 200);
+    }
 }

@@ -35,6 +35,6 @@ pub use model::{
     SAMPLE_RATE,
 };
 pub use pipeline_model::PipelineModel;
-pub use request::{Overrides, SpeechRequest};
+pub use request::{Overrides, SpeechRequest, OPTION_RANGES};
 pub use server::{serve, shutdown_signal, Server};
 pub use voices::{valid_voice_name, VoiceLibrary};

@@ -47,6 +47,7 @@ struct Inner {
     ttfb: Histogram,
     audio_secs: f64,
     generation_secs: f64,
+    connections_refused: u64,
 }
 
 /// What `/metrics` reads at each scrape.
@@ -76,6 +77,12 @@ impl Metrics {
     /// A response with `status` was sent.
     pub fn request(&self, status: u16) {
         self.with(|m| *m.by_status.entry(status).or_default() += 1);
+    }
+
+    /// A connection was refused for the connection limit (answered 503 without reaching the
+    /// router, so not in the responses by status).
+    pub fn connection_refused(&self) {
+        self.with(|m| m.connections_refused += 1);
     }
 
     /// A speech request's first audio was ready `d` after it arrived.
@@ -125,6 +132,14 @@ impl Metrics {
                  # TYPE chatterbox_speech_seconds_total counter\n\
                  chatterbox_speech_seconds_total {}",
                 m.audio_secs, m.generation_secs
+            );
+            let _ = writeln!(
+                out,
+                "# HELP chatterbox_connections_refused_total Connections refused (503) for the \
+                 connection limit.\n\
+                 # TYPE chatterbox_connections_refused_total counter\n\
+                 chatterbox_connections_refused_total {}",
+                m.connections_refused
             );
         });
         let _ = writeln!(
@@ -182,6 +197,7 @@ mod tests {
         m.request(200);
         m.request(200);
         m.request(429);
+        m.connection_refused();
         m.first_audio(Duration::from_millis(30));
         m.speech_done(Duration::from_secs(2), 1.5);
         let t = m.render(&Gauges {
@@ -201,6 +217,7 @@ mod tests {
         assert!(t.contains("chatterbox_speech_time_to_first_audio_seconds_bucket{le=\"0.05\"} 1"));
         assert!(t.contains("chatterbox_speech_time_to_first_audio_seconds_bucket{le=\"0.025\"} 0"));
         assert!(t.contains("chatterbox_queue_depth 3"));
+        assert!(t.contains("\nchatterbox_connections_refused_total 1\n"));
         assert!(t.contains("chatterbox_audio_seconds_total 1.5"));
         assert!(t.contains("chatterbox_jobs_running 1\n"));
         assert!(t.contains("process_resident_memory_bytes 123456\n"));

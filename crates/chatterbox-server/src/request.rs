@@ -3,31 +3,67 @@
 //! `null` is the same as absent.
 use crate::error::ApiError;
 use crate::format::{AudioFormat, StreamFormat};
+use crate::model::ModelId;
 use chatterbox_pipeline::GenerateOptions;
 use serde_json::{Map, Value};
 
-/// Chatterbox's generation fields of a request (each `None` keeps the model's default).
+/// The accepted range of each of Chatterbox's numeric fields: `(name, lowest, highest, whether
+/// the lowest is excluded)`. The bounds are those of the reference's own Gradio apps
+/// (`gradio_tts_app.py`, `multilingual_app.py`, `gradio_tts_turbo_app.py`, upstream 5de7a54),
+/// widened where the reference's code itself uses a value outside them: `exaggeration` and
+/// `cfg_weight` go down to 0 (Turbo's defaults; `cfg_weight = 0` is what `multilingual_app.py`
+/// advises for language transfer), `temperature` up to the English app's 5. `top_p = 0` (the
+/// apps' slider bottom) would keep no token: refused.
+pub const OPTION_RANGES: [(&str, f32, f32, bool); 6] = [
+    ("exaggeration", 0.0, 2.0, false),
+    ("cfg_weight", 0.0, 1.0, false),
+    ("temperature", 0.05, 5.0, false),
+    ("top_p", 0.0, 1.0, true),
+    ("min_p", 0.0, 1.0, false),
+    ("repetition_penalty", 1.0, 2.0, false),
+];
+
+/// Chatterbox's generation fields of a request (each `None` keeps the model's default). The
+/// numbers are within [`OPTION_RANGES`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
-    /// `exaggeration` (>= 0).
+    /// `exaggeration`, 0 to 2 (English and multilingual; Turbo and Nano ignore it).
     pub exaggeration: Option<f32>,
-    /// `cfg_weight` (>= 0).
+    /// `cfg_weight`, 0 to 1 (English and multilingual; Turbo and Nano ignore it).
     pub cfg_weight: Option<f32>,
-    /// `temperature` (> 0).
+    /// `temperature`, 0.05 to 5.
     pub temperature: Option<f32>,
-    /// `top_p` in (0, 1].
+    /// `top_p`, in (0, 1].
     pub top_p: Option<f32>,
-    /// `min_p` in [0, 1].
+    /// `min_p`, 0 to 1 (English and multilingual; Turbo and Nano ignore it).
     pub min_p: Option<f32>,
-    /// `repetition_penalty` (> 0).
+    /// `repetition_penalty`, 1 to 2.
     pub repetition_penalty: Option<f32>,
-    /// `seed`.
+    /// `seed`, 0 to 2^64 - 1 (every value is a seed: 0 is not "random" as in the reference's
+    /// apps; leave it out for a fresh seed).
     pub seed: Option<u64>,
     /// `language` (the multilingual model's language id).
     pub language: Option<String>,
 }
 
 impl Overrides {
+    /// The fields this request set that `model` does not use, by name in alphabetical order
+    /// (Turbo and Nano take no `cfg_weight`, `exaggeration` or `min_p`, as the reference's
+    /// `tts_turbo.py` warns; chatterbox-pipeline's Turbo path reads none of them).
+    pub fn ignored_by(&self, model: ModelId) -> Vec<&'static str> {
+        match model {
+            ModelId::Turbo | ModelId::Nano => [
+                ("cfg_weight", self.cfg_weight.is_some()),
+                ("exaggeration", self.exaggeration.is_some()),
+                ("min_p", self.min_p.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect(),
+            ModelId::English | ModelId::Multilingual => Vec::new(),
+        }
+    }
+
     /// Applies the fields given onto `opts`.
     pub fn apply(&self, opts: &mut GenerateOptions) {
         let set = |dst: &mut f32, v: Option<f32>| {
@@ -65,6 +101,9 @@ pub struct SpeechRequest {
     pub stream: StreamFormat,
     /// Chatterbox's fields.
     pub overrides: Overrides,
+    /// `instructions`, as given: accepted and ignored (no Chatterbox model follows
+    /// instructions).
+    pub instructions: Option<String>,
 }
 
 impl SpeechRequest {
@@ -127,27 +166,36 @@ impl SpeechRequest {
                 ));
             }
         }
-        string(&obj, "instructions")?;
-        let ranged = |name: &str, ok: fn(f32) -> bool, want: &str| -> Result<_, ApiError> {
-            match number(&obj, name)? {
-                Some(v) if !ok(v) => Err(ApiError::invalid(
-                    name,
-                    format!("{name} = {v}; expected {want}"),
-                )),
-                v => Ok(v),
+        let instructions = string(&obj, "instructions")?;
+        let mut ranged = [None; OPTION_RANGES.len()];
+        for (slot, &(name, low, high, open)) in ranged.iter_mut().zip(OPTION_RANGES.iter()) {
+            *slot = number(&obj, name)?;
+            if let Some(v) = *slot {
+                let above_low = if open { v > low } else { v >= low };
+                if !above_low || v > high {
+                    let from = if open { "above" } else { "from" };
+                    return Err(ApiError::invalid(
+                        name,
+                        format!("{name} = {v} is out of range: expected {from} {low} to {high}"),
+                    ));
+                }
             }
-        };
+        }
+        let [exaggeration, cfg_weight, temperature, top_p, min_p, repetition_penalty] = ranged;
         let overrides = Overrides {
-            exaggeration: ranged("exaggeration", |v| v >= 0.0, ">= 0")?,
-            cfg_weight: ranged("cfg_weight", |v| v >= 0.0, ">= 0")?,
-            temperature: ranged("temperature", |v| v > 0.0, "> 0")?,
-            top_p: ranged("top_p", |v| v > 0.0 && v <= 1.0, "a number in (0, 1]")?,
-            min_p: ranged("min_p", |v| (0.0..=1.0).contains(&v), "a number in [0, 1]")?,
-            repetition_penalty: ranged("repetition_penalty", |v| v > 0.0, "> 0")?,
+            exaggeration,
+            cfg_weight,
+            temperature,
+            top_p,
+            min_p,
+            repetition_penalty,
             seed: match obj.get("seed") {
                 None | Some(Value::Null) => None,
                 Some(v) => Some(v.as_u64().ok_or_else(|| {
-                    ApiError::invalid("seed", "`seed` must be a non-negative integer")
+                    ApiError::invalid(
+                        "seed",
+                        "`seed` must be an integer from 0 to 18446744073709551615",
+                    )
                 })?),
             },
             language: string(&obj, "language")?,
@@ -159,7 +207,20 @@ impl SpeechRequest {
             format,
             stream,
             overrides,
+            instructions,
         })
+    }
+
+    /// The fields this request set that `model` does not use (see [`Overrides::ignored_by`];
+    /// `instructions` too, which no model uses), for the `x-chatterbox-ignored-options`
+    /// header.
+    pub fn ignored_by(&self, model: ModelId) -> Vec<&'static str> {
+        let mut v = self.overrides.ignored_by(model);
+        if self.instructions.is_some() {
+            v.push("instructions");
+        }
+        v.sort_unstable();
+        v
     }
 }
 
@@ -268,5 +329,87 @@ mod tests {
         let long = format!(r#"{{"model":"m","input":"{}"}}"#, "a".repeat(4097));
         assert_eq!(parse(&long).unwrap_err().param.as_deref(), Some("input"));
         assert!(parse("[1]").unwrap_err().param.is_none());
+    }
+
+    #[test]
+    fn out_of_range_options_name_their_field_and_the_ends_pass() {
+        let with = |field: &str, v: serde_json::Value| {
+            let mut body =
+                serde_json::json!({"model": "m", "input": "a", "response_format": "wav"});
+            body[field] = v;
+            parse(&body.to_string())
+        };
+        for (field, bad) in [
+            ("exaggeration", serde_json::json!(99)),
+            ("exaggeration", serde_json::json!(-0.1)),
+            ("cfg_weight", serde_json::json!(1.5)),
+            ("temperature", serde_json::json!(0.01)),
+            ("temperature", serde_json::json!(6)),
+            ("top_p", serde_json::json!(0)),
+            ("top_p", serde_json::json!(1.01)),
+            ("min_p", serde_json::json!(-0.5)),
+            ("repetition_penalty", serde_json::json!(0.5)),
+            ("repetition_penalty", serde_json::json!(2.5)),
+            ("seed", serde_json::json!(1.5)),
+            ("seed", serde_json::json!(1e30)),
+        ] {
+            let e = with(field, bad.clone()).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{field} {bad}");
+            assert_eq!(e.param.as_deref(), Some(field), "{field} {bad}");
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        for (field, good) in [
+            ("exaggeration", 0.0),
+            ("exaggeration", 2.0),
+            ("cfg_weight", 0.0),
+            ("cfg_weight", 1.0),
+            ("temperature", 0.05),
+            ("temperature", 5.0),
+            ("top_p", 1.0),
+            ("min_p", 0.0),
+            ("min_p", 1.0),
+            ("repetition_penalty", 1.0),
+            ("repetition_penalty", 2.0),
+        ] {
+            assert!(
+                with(field, serde_json::json!(good)).is_ok(),
+                "{field} {good}"
+            );
+        }
+        let r = with("seed", serde_json::json!(u64::MAX)).unwrap();
+        assert_eq!(r.overrides.seed, Some(u64::MAX));
+        // a value every variant's defaults pass (chatterbox-pipeline's `GenerateOptions`)
+        for d in [GenerateOptions::english(), GenerateOptions::turbo()] {
+            for (name, v) in [
+                ("exaggeration", d.exaggeration),
+                ("cfg_weight", d.cfg_weight),
+                ("temperature", d.temperature),
+                ("top_p", d.top_p),
+                ("min_p", d.min_p),
+                ("repetition_penalty", d.repetition_penalty),
+            ] {
+                assert!(
+                    with(name, serde_json::json!(v)).is_ok(),
+                    "default {name} = {v}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn turbo_and_nano_name_what_they_ignore() {
+        let r = parse(
+            r#"{"model":"m","input":"a","response_format":"wav","min_p":0.1,"exaggeration":0.7,
+                "temperature":0.5,"instructions":"calm"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.ignored_by(ModelId::Turbo),
+            ["exaggeration", "instructions", "min_p"]
+        );
+        assert_eq!(r.ignored_by(ModelId::Nano), r.ignored_by(ModelId::Turbo));
+        assert_eq!(r.ignored_by(ModelId::English), ["instructions"]);
+        let plain = parse(r#"{"model":"m","input":"a","response_format":"wav"}"#).unwrap();
+        assert!(plain.ignored_by(ModelId::Turbo).is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! The server: the router (routes, body limits and timeouts, auth, metrics, tracing), [`Server::bind`] to
 //! listen and start the device workers, [`Server::run`] to serve until the shutdown signal
-//! (then in-flight requests finish and new ones get 503), and [`serve`] doing both.
+//! (then in-flight requests finish and new ones get 503: the listener keeps accepting until
+//! the drain is over), and [`serve`] doing both.
 use crate::app::App;
 use crate::config::ServerConfig;
 use crate::engine::{DeviceModels, Engine};
@@ -30,12 +31,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the voice library, starts a worker per device (each loads its models in the
-    /// background: `/ready` says when) and binds `config.addr`.
+    /// Checks the configuration ([`ServerConfig::validate`]: an empty API key is an error, not
+    /// "no key"), opens the voice library, starts a worker per device (each loads its models
+    /// in the background: `/ready` says when) and binds `config.addr`.
     pub async fn bind(
         config: ServerConfig,
         devices: Vec<DeviceModels>,
     ) -> Result<Self, ServerError> {
+        config.validate()?;
         let voices = config
             .voices_dir
             .clone()
@@ -59,8 +62,9 @@ impl Server {
         self.listener.local_addr().map_err(ServerError::Io)
     }
 
-    /// Serves until `shutdown` completes; then refuses new requests (503), lets in-flight
-    /// ones finish, and stops the workers.
+    /// Serves until `shutdown` completes; then answers new requests 503 (new connections are
+    /// still accepted, for one request each), lets in-flight ones finish, closes the listener
+    /// and stops the workers.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -71,12 +75,24 @@ impl Server {
             tracing::info!("shutting down: finishing in-flight requests");
             app.draining.store(true, Ordering::Release);
         };
+        let config = &self.app.config;
         let timeouts = Timeouts {
-            header: self.app.config.header_timeout,
+            header: config.header_timeout,
+            write: config.write_timeout,
             // in-flight speech ends by its own deadline; a little more for the last bytes
-            drain: self.app.config.request_timeout + DRAIN_GRACE,
+            drain: config.request_timeout + DRAIN_GRACE,
+            max_connections: config.max_connections,
         };
-        listen::serve(self.listener, router(self.app.clone()), timeouts, drain).await;
+        let counter = self.app.clone();
+        let on_refuse = Arc::new(move || counter.metrics.connection_refused());
+        listen::serve(
+            self.listener,
+            router(self.app.clone()),
+            timeouts,
+            on_refuse,
+            drain,
+        )
+        .await;
         self.app.draining.store(true, Ordering::Release);
         let app = self.app.clone();
         let _ = tokio::task::spawn_blocking(move || app.engine.join()).await;
@@ -141,17 +157,27 @@ fn router(app: Arc<App>) -> Router {
             app.clone(),
             auth::guard,
         ));
+    // Layers run outside in: the trace span, the body's pause timeout and total deadline, then
+    // `finish` (request id, OpenAI's JSON for every error, counts, the access log) around the
+    // routes. Failures are logged by `finish` at the level their status deserves, not by the
+    // trace layer (which would log every 503 of `/ready` while loading as an ERROR).
     Router::new()
         .route("/health", get(info::health))
         .route("/ready", get(info::ready))
         .route("/metrics", get(info::metrics))
         .merge(api)
-        .fallback(|| async { ApiError::no_route() })
+        .fallback(|req: axum::extract::Request| async move {
+            ApiError::no_route_for(req.method().as_str(), req.uri().path())
+        })
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
-            auth::count,
+            auth::finish,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::body_deadline,
         ))
         .layer(RequestBodyTimeoutLayer::new(app.config.body_timeout))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(app)
 }

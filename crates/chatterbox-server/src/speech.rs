@@ -2,7 +2,8 @@
 //! every error before it is an ordinary HTTP error), then answers the whole file, the file's
 //! bytes as they are encoded (`stream_format=audio`), or SSE events (`stream_format=sse`).
 //! Dropping the response body (the client left) closes the job's channel: the worker stops.
-use crate::app::App;
+use crate::app::{App, RequestId};
+use crate::auth::BodyDeadline;
 use crate::config::MAX_INPUT_CHARS;
 use crate::encoder::{encode_file, encoder, Encoder};
 use crate::error::ApiError;
@@ -13,8 +14,8 @@ use crate::request::SpeechRequest;
 use crate::sse;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::extract::{Extension, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,19 +24,27 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// Extra wait past the request deadline for the worker to report the timeout itself.
 const GRACE: Duration = Duration::from_secs(2);
 
+/// The response header naming the request's fields that its model ignores (only those the
+/// request set), e.g. `cfg_weight, exaggeration` for Turbo.
+pub(crate) const IGNORED_OPTIONS: HeaderName =
+    HeaderName::from_static("x-chatterbox-ignored-options");
+
 /// The handler.
 pub(crate) async fn speech(
     State(app): State<Arc<App>>,
+    id: Option<Extension<RequestId>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(app, body).await {
+    let id = id.map_or_else(|| app.request_id(), |Extension(RequestId(id))| id);
+    match handle(app, id, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
 /// The API error of a body that could not be read: 413 past the limit, 408 when the client
-/// paused longer than the body timeout, 400 otherwise.
+/// paused longer than the body timeout or the whole body missed the body deadline, 400
+/// otherwise.
 pub(crate) fn body_error(
     status: StatusCode,
     text: String,
@@ -46,6 +55,9 @@ pub(crate) fn body_error(
     while let Some(e) = source {
         if e.is::<tower_http::timeout::TimeoutError>() {
             return ApiError::body_timeout();
+        }
+        if e.is::<BodyDeadline>() {
+            return ApiError::body_deadline();
         }
         source = e.source();
     }
@@ -73,14 +85,18 @@ impl Events {
     }
 }
 
-async fn handle(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn handle(
+    app: Arc<App>,
+    id: u64,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     let body =
         body.map_err(|e| body_error(e.status(), e.body_text(), &e, app.config.max_json_bytes))?;
     let req = SpeechRequest::from_json(&body, MAX_INPUT_CHARS)?;
     let model = app.resolve_model(&req.model)?;
     let voice = app.resolve_voice(req.voice.as_deref(), model)?;
-    let id = app.request_id();
+    let ignored = req.ignored_by(model);
     let deadline = t0 + app.config.request_timeout;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let chars = req.input.chars().count();
@@ -116,22 +132,31 @@ async fn handle(app: Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<Re
     let done = first.is_empty();
     let run = Run {
         app,
+        id,
         events,
         t0,
         samples: first.len(),
         chars,
     };
-    match req.stream {
-        StreamFormat::File => whole_file(run, req.format, first, done).await,
+    let mut r = match req.stream {
+        StreamFormat::File => whole_file(run, req.format, first, done).await?,
         StreamFormat::Audio | StreamFormat::Sse => {
-            streamed(run, req.format, req.stream, first, done)
+            streamed(run, req.format, req.stream, first, done)?
+        }
+    };
+    if !ignored.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&ignored.join(", ")) {
+            r.headers_mut().insert(IGNORED_OPTIONS, v);
         }
     }
+    Ok(r)
 }
 
 /// A request whose audio is arriving.
 struct Run {
     app: Arc<App>,
+    /// The request id, for logs.
+    id: u64,
     events: Events,
     t0: Instant,
     samples: usize,
@@ -196,6 +221,17 @@ struct Streaming {
 impl Streaming {
     fn fail(&mut self, e: ApiError) -> Option<Piece> {
         self.over = true;
+        // the response has started: this is the only place the failure is told
+        if e.is_internal() {
+            tracing::error!(request = self.run.id, detail = %e.message, "the stream failed after its first audio");
+        } else {
+            tracing::warn!(
+                request = self.run.id,
+                status = e.status.as_u16(),
+                code = e.code,
+                "the stream failed after its first audio"
+            );
+        }
         Some(Piece::Failed(e))
     }
 
@@ -274,7 +310,7 @@ fn streamed(
             (Piece::End, true) => Ok(Bytes::from(sse::done(chars))),
             // Aborts the chunked body: the client sees a truncated response, not a file
             // that looks complete.
-            (Piece::Failed(e), false) => Err(std::io::Error::other(e.message)),
+            (Piece::Failed(e), false) => Err(std::io::Error::other(e.public_message().to_string())),
             (Piece::Failed(e), true) => Ok(Bytes::from(sse::error(&e))),
         };
         Some((item, st))
