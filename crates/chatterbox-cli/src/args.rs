@@ -500,8 +500,10 @@ pub struct ServeArgs {
     /// 8.0 and newer, f32 elsewhere), f32, f16 or bf16 (half precision is for GPUs).
     #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DtypeArg,
-    /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`); /health,
-    /// /ready and /metrics stay open. Without it anyone who reaches the port may use it.
+    /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`, the scheme in
+    /// any case); /health, /ready and /metrics stay open. Without it anyone who reaches the
+    /// port may use it. An empty key (CHATTERBOX_API_KEY= set but empty) is an error, not
+    /// "no key": unset the variable to serve without one.
     #[arg(
         long,
         value_name = "KEY",
@@ -527,6 +529,30 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
+    /// Longest wait for a request head, in seconds (from its first byte, or for the next
+    /// request on a kept-alive connection); the connection is closed then.
+    #[arg(long, value_name = "SECS", default_value_t = 30, env = "CHATTERBOX_HEADER_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// Longest pause while a request body arrives, in seconds; the request gets 408 then.
+    #[arg(long, value_name = "SECS", default_value_t = 30, env = "CHATTERBOX_BODY_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout: u64,
+    /// Longest a whole request body may take to arrive, in seconds, however steadily it
+    /// trickles; the request gets 408 then.
+    #[arg(long, value_name = "SECS", default_value_t = 120, env = "CHATTERBOX_BODY_DEADLINE",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_deadline: u64,
+    /// Longest a response write may stay blocked, in seconds: a client that stops reading a
+    /// response (a stream, say) is disconnected then, and its generation stops.
+    #[arg(long, value_name = "SECS", default_value_t = 30, env = "CHATTERBOX_WRITE_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub write_timeout: u64,
+    /// Most connections open at once; one more is answered 503 (too_many_connections, with
+    /// Retry-After) and closed.
+    #[arg(long, value_name = "N", default_value_t = 512, env = "CHATTERBOX_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
     /// Caps the speech tokens per sentence chunk of every request (25 tokens = 1 s of audio;
     /// the models' default is 1000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

@@ -150,6 +150,18 @@ fn devices(args: &ServeArgs) -> Result<Vec<Device>> {
     Ok(out)
 }
 
+/// `--api-key` (or CHATTERBOX_API_KEY): an empty one is an error, never "no key".
+fn api_key(args: &ServeArgs) -> Result<Option<String>> {
+    if args.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        bail!(
+            "--api-key (or CHATTERBOX_API_KEY) is set but empty: refusing to start without \
+             authentication by mistake; give a key, or unset CHATTERBOX_API_KEY to serve without \
+             one"
+        );
+    }
+    Ok(args.api_key.clone())
+}
+
 /// The server's settings from the options.
 fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
     let mut c = ServerConfig::default();
@@ -158,10 +170,15 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
         .with_context(|| format!("--host {}: not an address or a known host name", args.host))?
         .next()
         .with_context(|| format!("--host {}: no address", args.host))?;
-    c.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    c.api_key = api_key(args)?;
     c.voices_dir = args.voices.clone();
     c.queue_capacity = args.queue;
     c.request_timeout = Duration::from_secs(args.timeout);
+    c.header_timeout = Duration::from_secs(args.header_timeout);
+    c.body_timeout = Duration::from_secs(args.body_timeout);
+    c.body_deadline = Duration::from_secs(args.body_deadline);
+    c.write_timeout = Duration::from_secs(args.write_timeout);
+    c.max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     c.max_new_tokens = args
         .max_new_tokens
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
@@ -195,6 +212,7 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
         }
         c.voice_aliases.insert(a.name.clone(), a.target.clone());
     }
+    c.validate().context("the server settings")?;
     Ok(c)
 }
 
@@ -299,6 +317,8 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
 
 /// Runs `chatterbox serve`.
 pub fn run(args: ServeArgs) -> Result<()> {
+    // before anything that may take a while (the hub), the mistake that must not pass silently
+    api_key(&args)?;
     let mtl = match &args.mtl_version {
         Some(v) if !args.models.iter().any(|m| m.model == Model::Multilingual) => {
             bail!("--mtl-version {v} applies to --model multilingual only")
@@ -433,6 +453,61 @@ mod tests {
         assert!(e.to_string().contains("not served"), "{e}");
         let a = serve_args(&["--voice-alias", "x=../etc"])?;
         assert!(config(&a, &planned).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn an_empty_key_is_an_error_and_limits_are_read() -> Result<()> {
+        let planned = vec![Planned {
+            model: Model::English,
+            src: Source::Dir(std::env::temp_dir()),
+        }];
+        for empty in ["", "  "] {
+            let a = serve_args(&["--api-key", empty])?;
+            let e = config(&a, &planned).err().context("an empty key")?;
+            assert!(e.to_string().contains("set but empty"), "{e}");
+        }
+        let a = serve_args(&["--api-key", " sk-1"])?;
+        let e = config(&a, &planned).err().context("a key with a space")?;
+        assert!(format!("{e:#}").contains("whitespace"), "{e:#}");
+        let a = serve_args(&[
+            "--header-timeout",
+            "5",
+            "--body-timeout",
+            "6",
+            "--body-deadline",
+            "7",
+            "--write-timeout",
+            "8",
+            "--max-connections",
+            "9",
+        ])?;
+        let c = config(&a, &planned)?;
+        assert_eq!(c.header_timeout, Duration::from_secs(5));
+        assert_eq!(c.body_timeout, Duration::from_secs(6));
+        assert_eq!(c.body_deadline, Duration::from_secs(7));
+        assert_eq!(c.write_timeout, Duration::from_secs(8));
+        assert_eq!(c.max_connections, 9);
+        let d = config(&serve_args(&[])?, &planned)?;
+        let lib = ServerConfig::default();
+        assert_eq!(
+            (
+                d.header_timeout,
+                d.body_timeout,
+                d.body_deadline,
+                d.write_timeout,
+                d.max_connections
+            ),
+            (
+                lib.header_timeout,
+                lib.body_timeout,
+                lib.body_deadline,
+                lib.write_timeout,
+                lib.max_connections
+            ),
+            "the command's defaults are the library's"
+        );
+        assert!(serve_args(&["--max-connections", "0"]).is_err());
         Ok(())
     }
 
