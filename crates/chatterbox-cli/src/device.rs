@@ -33,7 +33,7 @@ pub fn open(arg: DeviceArg) -> Result<Device> {
     check_available(arg)?;
     Ok(match arg {
         DeviceArg::Cpu => Device::Cpu,
-        DeviceArg::Cuda(n) => Device::new_cuda(n)
+        DeviceArg::Cuda(n) => chatterbox_cuda::open(n)
             .with_context(|| format!("cannot open CUDA device {n} (is an NVIDIA GPU present?)"))?,
         DeviceArg::Metal(n) => {
             Device::new_metal(n).with_context(|| format!("cannot open Metal device {n}"))?
@@ -45,7 +45,7 @@ pub fn open(arg: DeviceArg) -> Result<Device> {
 /// The first compiled-in GPU that opens, else the CPU.
 fn auto() -> Device {
     if cfg!(feature = "cuda") && candle_core::utils::cuda_is_available() {
-        if let Ok(d) = Device::new_cuda(0) {
+        if let Ok(d) = chatterbox_cuda::open(0) {
             return d;
         }
     }

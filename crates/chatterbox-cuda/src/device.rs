@@ -1,4 +1,6 @@
-//! Device facts the kernels' launchers check, queried from the driver once per device.
+//! Opening a CUDA device (the one place that does: its stream, its event tracking and its
+//! memory pool), and the device facts the kernels' launchers check, queried from the driver
+//! once per device.
 use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use std::sync::Mutex;
@@ -77,6 +79,52 @@ pub(crate) fn default_pool(
         .result()
         .w()?;
     Ok(pool)
+}
+
+/// Opens CUDA device `ordinal` for a computation with one owner: every chatterbox binary, test
+/// and bench opens its CUDA devices here, and everything that works together (a model, the
+/// batch it serves, the watermark on its output) shares the returned device.
+///
+/// - **One ordered stream.** The device gets a stream of its own, and every thread that works
+///   through it (or a clone of it) enqueues onto that stream, so the GPU runs its work in the
+///   order the host issued it, whichever thread issued it. candle's `Device::new_cuda` uses
+///   the per-thread default stream instead: each host thread gets its own stream, nothing
+///   orders them, and a tensor made, read or dropped on one thread (rayon's) while another
+///   thread's kernels still use it is a race. Batched serving failed with NaN mels that way
+///   (up to 48 of 64 requests, H200, 2026-11-29) and may give wrong audio with no error; on
+///   one stream none failed, without any device wait, and it ran faster.
+/// - **No event tracking.** On one stream there is no cross-stream edge to track, so candle's
+///   per-allocation CUDA events (recorded on every tensor, waited on by nothing) are off;
+///   with them on, CUDA graph capture also fails.
+/// - **Freed memory stays pooled** ([`retain_freed_memory`]).
+///
+/// Each call opens a new stream: two devices opened here are unordered with each other (and
+/// candle refuses to mix their tensors), so open one per owner and clone it. A CUDA graph is
+/// captured from the stream, so nothing else may enqueue onto the device while its owner
+/// captures one.
+pub fn open(ordinal: usize) -> candle_core::Result<candle_core::Device> {
+    let device = candle_core::Device::new_cuda_with_stream(ordinal)?;
+    let dev = device.as_cuda_device()?;
+    // SAFETY: the device has one stream, which every thread using it enqueues onto: stream
+    // order is the only synchronisation its tensors need (nothing is freed, read or written
+    // on another stream). Called before any tensor of the device exists.
+    unsafe { dev.disable_event_tracking() };
+    retain_freed_memory(dev)?;
+    Ok(device)
+}
+
+/// Whether the work that several host threads issue on `device` runs in the order they issued
+/// it: the CPU, Metal (one command queue) and a CUDA device from [`open`], but not one from
+/// candle's `Device::new_cuda`, whose per-thread streams leave each thread's work unordered
+/// with every other's. A computation that spreads its device work over threads (rayon) may do
+/// so only on an ordered device, and keeps it on one thread otherwise.
+pub fn ordered(device: &candle_core::Device) -> bool {
+    // the driver's handle of the calling thread's own default stream (`CU_STREAM_PER_THREAD`)
+    const PER_THREAD: usize = 0x2;
+    match device {
+        candle_core::Device::Cuda(dev) => dev.cuda_stream().cu_stream() as usize != PER_THREAD,
+        _ => true,
+    }
 }
 
 /// Keeps device memory that is freed on `dev` in the driver's default pool, for the next

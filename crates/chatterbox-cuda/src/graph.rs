@@ -45,6 +45,8 @@ pub fn capture<E: From<candle_core::Error>>(
     let stream = dev.cuda_stream();
     let _cache = dev.enable_cuda_graph_htod_cache();
     step()?;
+    // the capture begins after the real run's work has finished (its lazily loaded kernels
+    // and cached uploads are in place, and a failure of it is not blamed on the capture)
     stream.synchronize().map_err(driver)?;
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     if let Err(e) = stream.begin_capture(mode) {

@@ -17,7 +17,9 @@ mod view;
 
 pub use arch::{cubin_target, Target};
 #[cfg(feature = "cuda")]
-pub use device::{compute_capability, multiprocessors, retain_freed_memory, shared_memory};
+pub use device::ordered;
+#[cfg(feature = "cuda")]
+pub use device::{compute_capability, multiprocessors, open, retain_freed_memory, shared_memory};
 #[cfg(feature = "cuda")]
 pub use graph::{capture, Graph};
 #[cfg(feature = "cuda")]
@@ -26,6 +28,18 @@ pub use prepare::{prepare, Preparation, PREPARE_ENV};
 pub use ptx::{Func, Ptx};
 #[cfg(feature = "cuda")]
 pub use view::{contiguous_view, Elem};
+
+/// Without the `cuda` feature there is no CUDA device to open: the error says so.
+#[cfg(not(feature = "cuda"))]
+pub fn open(_ordinal: usize) -> candle_core::Result<candle_core::Device> {
+    Err(candle_core::Error::NotCompiledWithCudaSupport)
+}
+
+/// Without the `cuda` feature every device is the CPU or Metal, whose work is ordered.
+#[cfg(not(feature = "cuda"))]
+pub fn ordered(_device: &candle_core::Device) -> bool {
+    true
+}
 
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
@@ -44,7 +58,7 @@ mod tests {
     );
 
     fn cuda() -> candle_core::Result<candle_core::cuda_backend::CudaDevice> {
-        match candle_core::Device::new_cuda(0)? {
+        match crate::open(0)? {
             candle_core::Device::Cuda(dev) => Ok(dev),
             _ => candle_core::bail!("not a CUDA device"),
         }
@@ -107,10 +121,37 @@ mod tests {
 
     #[test]
     #[ignore = "needs a CUDA GPU"]
+    fn open_gives_each_owner_one_ordered_stream_without_event_tracking() -> candle_core::Result<()>
+    {
+        use candle_core::Tensor;
+        let a = open(0)?;
+        let b = open(0)?;
+        for d in [&a, &b] {
+            assert!(ordered(d));
+            assert!(!d.as_cuda_device()?.is_event_tracking());
+        }
+        assert!(!a.same_device(&b), "two owners share a stream");
+        // candle's own constructor gives per-thread streams, which are not ordered
+        assert!(!ordered(&candle_core::Device::new_cuda(0)?));
+        assert!(ordered(&candle_core::Device::Cpu));
+        // work issued from other threads runs in issue order on the one stream: each thread
+        // reads what the previous one wrote, with no wait between them
+        let mut x = Tensor::zeros(1 << 20, candle_core::DType::F32, &a)?;
+        for _ in 0..8 {
+            x = std::thread::scope(|s| s.spawn(|| &x + 1.0).join())
+                .map_err(|_| candle_core::Error::Msg("thread panicked".into()))??;
+        }
+        let v = x.to_vec1::<f32>()?;
+        assert!(v.iter().all(|&y| y == 8.0), "{:?}", &v[..4]);
+        Ok(())
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
     fn freed_memory_stays_in_the_pool() -> candle_core::Result<()> {
         use candle_core::cuda_backend::cudarc::driver::sys;
         use candle_core::cuda_backend::WrapErr;
-        let candle_core::Device::Cuda(dev) = candle_core::Device::new_cuda(0)? else {
+        let candle_core::Device::Cuda(dev) = crate::open(0)? else {
             candle_core::bail!("not a CUDA device")
         };
         let threshold = || -> candle_core::Result<u64> {

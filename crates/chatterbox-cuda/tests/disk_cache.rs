@@ -21,7 +21,7 @@ fn run_k(p: &'static Ptx, dev: &CudaDevice) -> candle_core::Result<f32> {
 #[test]
 #[ignore = "needs NVRTC and a CUDA GPU"]
 fn the_disk_cache_is_filled_reused_and_repaired() -> candle_core::Result<()> {
-    let candle_core::Device::Cuda(dev) = candle_core::Device::new_cuda(0)? else {
+    let candle_core::Device::Cuda(dev) = chatterbox_cuda::open(0)? else {
         candle_core::bail!("not a CUDA device")
     };
     let tmp = tempfile::tempdir()?;

@@ -45,6 +45,7 @@ impl Bench {
 }
 
 fn ms(t: Instant, dev: &Device) -> anyhow::Result<f64> {
+    // orders the clock read after the timed device work
     dev.synchronize()?;
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
@@ -80,7 +81,7 @@ fn main() -> anyhow::Result<()> {
     };
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
         _ => (Device::Cpu, DType::F32, "cpu"),
     };
     let runs = env_usize("CHATTERBOX_PIPELINE_BENCH_RUNS", 1);

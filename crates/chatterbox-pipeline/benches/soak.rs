@@ -219,6 +219,7 @@ struct Sample {
 }
 
 fn sample(dev: &Device) -> Sample {
+    // orders the memory reading after the work queued so far (measurement only)
     let _ = dev.synchronize();
     Sample {
         rss: rss_mb(),
@@ -549,7 +550,7 @@ fn many_phase(
 fn main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
         _ => (Device::Cpu, DType::F32, "cpu"),
     };
     let variant = std::env::var("CHATTERBOX_SOAK_VARIANT").unwrap_or_else(|_| "turbo".into());

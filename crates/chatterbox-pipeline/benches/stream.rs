@@ -133,6 +133,7 @@ impl Bench {
 }
 
 fn ms(t: Instant, dev: &Device) -> anyhow::Result<f64> {
+    // orders the clock read after the timed device work
     dev.synchronize()?;
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
@@ -348,7 +349,7 @@ fn bench_variant(
 fn main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
         _ => (Device::Cpu, DType::F32, "cpu"),
     };
     let hops = match std::env::var("CHATTERBOX_STREAM_HOPS") {

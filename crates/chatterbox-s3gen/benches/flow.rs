@@ -46,7 +46,7 @@ fn env(name: &str) -> Option<String> {
 fn device() -> anyhow::Result<(Device, &'static str)> {
     Ok(match env("CHATTERBOX_BENCH_DEVICE").as_deref() {
         None | Some("cpu") => (Device::Cpu, "cpu"),
-        Some("cuda") => (Device::new_cuda(0)?, "cuda"),
+        Some("cuda") => (chatterbox_cuda::open(0)?, "cuda"),
         Some("metal") => (Device::new_metal(0)?, "metal"),
         Some(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DEVICE {other:?}"),
     })
@@ -88,10 +88,12 @@ fn profile_one(dev: &Device, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::
     #[cfg(feature = "cuda")]
     if dev.is_cuda() {
         use candle_core::cuda_backend::cudarc::driver::sys;
+        // the profiled range starts after the work queued before it
         dev.synchronize()?;
         // SAFETY: plain driver calls on the current context; they only toggle profiling.
         unsafe { sys::cuProfilerStart() }.result()?;
         let r = f();
+        // the profiled range ends after the profiled work
         dev.synchronize()?;
         unsafe { sys::cuProfilerStop() }.result()?;
         return r;
@@ -233,6 +235,7 @@ fn main() -> anyhow::Result<()> {
     };
     let sync = |t: &Tensor| {
         black_box(t);
+        // orders the clock read after the timed device work
         dev.synchronize().ok();
     };
 
@@ -313,6 +316,7 @@ fn main() -> anyhow::Result<()> {
             // idle before each call, so the launch queue never fills)
             let mut host = Vec::new();
             for _ in 0..if gpu { 10 } else { 3 } {
+                // the device idle before each timed call
                 dev.synchronize()?;
                 let t0 = std::time::Instant::now();
                 let v = est.forward(&x, &mask, &mu, &tt, &spks, &cond, None)?;

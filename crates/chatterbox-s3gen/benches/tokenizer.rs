@@ -97,7 +97,7 @@ fn device() -> anyhow::Result<(Device, String)> {
     };
     let dev = match kind.as_str() {
         "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(ordinal).map_err(|e| {
+        "cuda" => chatterbox_cuda::open(ordinal).map_err(|e| {
             anyhow::anyhow!("CUDA device {ordinal}: {e} (build the bench with --features cuda)")
         })?,
         "metal" => Device::new_metal(ordinal).map_err(|e| {
@@ -154,6 +154,7 @@ fn main() -> anyhow::Result<()> {
     ] {
         let run = || -> anyhow::Result<()> {
             let t = tok.forward(&[wav.as_slice()], 16_000, max_len)?;
+            // orders the clock read after the timed device work
             dev.synchronize()?;
             black_box(t);
             Ok(())
@@ -173,6 +174,7 @@ fn main() -> anyhow::Result<()> {
             shape,
             time_it(2, 10, 3.0, || {
                 let t = tok.model().quantize(&mel, &lens);
+                // orders the clock read after the timed device work
                 black_box(dev.synchronize().ok());
                 black_box(t.ok());
             }),

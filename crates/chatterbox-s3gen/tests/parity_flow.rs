@@ -24,7 +24,7 @@ fn e(err: impl std::fmt::Display) -> Error {
 fn device() -> chatterbox_testkit::Result<Device> {
     match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
         None | Some("") | Some("cpu") => Ok(Device::Cpu),
-        Some("cuda") => Device::new_cuda(0).map_err(e),
+        Some("cuda") => chatterbox_cuda::open(0).map_err(e),
         Some("metal") => Device::new_metal(0).map_err(e),
         Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
     }

@@ -125,7 +125,7 @@ fn main() -> anyhow::Result<()> {
     #[allow(unused_mut)] // pushed to with `--features cuda`
     let mut devices = vec![("cpu", Device::Cpu)];
     #[cfg(feature = "cuda")]
-    if let Ok(d) = Device::new_cuda(0) {
+    if let Ok(d) = chatterbox_cuda::open(0) {
         devices.push(("cuda", d));
     }
     let opts = EmbedOptions::default();

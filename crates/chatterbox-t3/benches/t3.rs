@@ -78,6 +78,7 @@ fn load_weights(hp: &T3Config, env: &str, dtype: DType, dev: &Device) -> anyhow:
 }
 
 fn sync(dev: &Device) -> anyhow::Result<()> {
+    // orders the clock read after the timed device work
     dev.synchronize()?;
     Ok(())
 }
@@ -123,10 +124,12 @@ fn profiled<T>(dev: &Device, f: impl FnOnce() -> T) -> anyhow::Result<T> {
     #[cfg(feature = "cuda")]
     if dev.is_cuda() && std::env::var("CHATTERBOX_BENCH_PROFILE").as_deref() == Ok("1") {
         use candle_core::cuda_backend::cudarc::driver::sys;
+        // the profiled range starts after the work queued before it
         dev.synchronize()?;
         // SAFETY: plain driver calls on the current context; they only toggle profiling.
         unsafe { sys::cuProfilerStart() }.result()?;
         let r = f();
+        // the profiled range ends after the profiled work
         dev.synchronize()?;
         unsafe { sys::cuProfilerStop() }.result()?;
         return Ok(r);
@@ -273,7 +276,7 @@ fn main() -> anyhow::Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, DType::BF16, "cuda"),
+        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
         _ => (Device::Cpu, DType::F32, "cpu"),
     };
     let runs: usize = std::env::var("CHATTERBOX_T3_BENCH_RUNS")

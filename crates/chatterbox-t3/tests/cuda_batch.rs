@@ -170,7 +170,7 @@ fn check(t3: &T3, turbo: bool, dev: &Device) -> R<()> {
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn english_batches_replay_as_eager_and_track_solo() -> R<()> {
-    let dev = Device::new_cuda(0)?;
+    let dev = chatterbox_cuda::open(0)?;
     for dtype in [DType::BF16, DType::F32] {
         let t3 = random_weights::random_t3(&T3Config::english_only(), dtype, &dev)?;
         check(&t3, false, &dev)?;
@@ -181,7 +181,7 @@ fn english_batches_replay_as_eager_and_track_solo() -> R<()> {
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn turbo_batches_replay_as_eager_and_track_solo() -> R<()> {
-    let dev = Device::new_cuda(0)?;
+    let dev = chatterbox_cuda::open(0)?;
     for dtype in [DType::BF16, DType::F32] {
         let t3 = random_weights::random_t3(&T3Config::turbo(), dtype, &dev)?;
         check(&t3, true, &dev)?;

@@ -88,7 +88,7 @@ fn batched_gpt2_step_tracks_candle_ops() -> R<()> {
 /// positions ahead (the positions it skips stay zero in every cache alike), each row with its
 /// own position and mask.
 fn tracks_candle_ops(hp: &T3Config, batch: usize, spread: usize) -> R<()> {
-    let dev = Device::new_cuda(0)?;
+    let dev = chatterbox_cuda::open(0)?;
     let (exact, fused) = backbone_pair(hp, &dev)?;
     let mut plain = fused.clone();
     plain.set_fused_decode(false);

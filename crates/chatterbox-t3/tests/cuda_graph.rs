@@ -61,7 +61,7 @@ fn check_replay<'a>(start: impl Fn(bool) -> R<TokenStream<'a>>, expected_len: us
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn english_graph_replay_matches_eager() -> R<()> {
-    let dev = Device::new_cuda(0)?;
+    let dev = chatterbox_cuda::open(0)?;
     let t3 = model(&T3Config::english_only(), &dev)?;
     let ce = cond(&t3, 150, &dev)?;
     let text = t3.pad_text_tokens(&(0..60u32).map(|i| 20 + (i * 7) % 600).collect::<Vec<_>>());
@@ -79,7 +79,7 @@ fn english_graph_replay_matches_eager() -> R<()> {
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn turbo_graph_replay_matches_eager() -> R<()> {
-    let dev = Device::new_cuda(0)?;
+    let dev = chatterbox_cuda::open(0)?;
     let t3 = model(&T3Config::turbo(), &dev)?;
     let ce = cond(&t3, 375, &dev)?;
     let text: Vec<u32> = (0..60u32).map(|i| 1000 + i * 13).collect();

@@ -17,7 +17,7 @@ use rand::SeedableRng;
 
 fn device() -> anyhow::Result<(Device, &'static str)> {
     match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => Ok((Device::new_cuda(0)?, "cuda")),
+        Ok("cuda") => Ok((chatterbox_cuda::open(0)?, "cuda")),
         Ok("metal") => Ok((Device::new_metal(0)?, "metal")),
         Ok("cpu") | Err(_) => Ok((Device::Cpu, "cpu")),
         Ok(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DEVICE {other:?} (cpu, cuda, metal)"),
@@ -65,6 +65,7 @@ fn main() -> anyhow::Result<()> {
         VarBuilder::from_varmap(&varmap, DType::F32, &dev),
     )?;
     let sync = |t: &Tensor| -> anyhow::Result<()> {
+        // orders the clock read after the timed device work
         dev.synchronize()?;
         black_box(t);
         Ok(())

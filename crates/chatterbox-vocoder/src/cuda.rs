@@ -189,7 +189,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn conv1d_matches_candle() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let x = (Tensor::randn(0f32, 2.0, (2, 5, 1001), &dev)? * 3.0)?;
         // the convolution against candle's, for a dilated and padded case and a batch of 2
         let w = Tensor::randn(0f32, 0.3, (7, 5, 3), &dev)?;

@@ -335,7 +335,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn glue_kernels_match_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let x = (Tensor::randn(0f32, 2.0, (2, 6, 1001), &dev)? * 3.0)?;
         // the same f32 operations in the same order as candle's
         let alpha = Tensor::rand(0.1f32, 2.0, (1, 6, 1), &dev)?;

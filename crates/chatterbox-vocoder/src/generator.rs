@@ -47,9 +47,6 @@ impl HiFTGenerator {
         if let candle_core::Device::Cuda(dev) = vb.device() {
             // compile and load the fused kernels now, not inside the first inference
             crate::cuda::load(dev)?;
-            // keep the working memory of one call pooled for the next (20 s of audio on the
-            // H100: 13.7 ms per call mapping it afresh, 12.3 kept)
-            chatterbox_cuda::retain_freed_memory(dev)?;
         }
         let n_fft = cfg.istft_params.n_fft;
         let base = cfg.base_channels;

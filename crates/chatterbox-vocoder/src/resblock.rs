@@ -204,7 +204,7 @@ mod tests {
     #[ignore = "needs a CUDA GPU"]
     fn grouped_stage_matches_the_blocks_one_by_one() -> candle_core::Result<()> {
         use candle_core::{DType, Device};
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let varmap = candle_nn::VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
         // long enough for the tensor-core kernels (a block per multiprocessor)

@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let (device, label) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (Device::new_cuda(0)?, "cuda"),
+        Ok("cuda") => (chatterbox_cuda::open(0)?, "cuda"),
         _ => (Device::Cpu, "cpu"),
     };
     let wm = PerthWatermarker::load(checkpoint()?, &device)?;

@@ -938,7 +938,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn match_the_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for (dtype, tol) in [(DType::F32, 1e-6), (DType::BF16, 8e-3), (DType::F16, 1e-3)] {
             let y = (Tensor::randn(0f32, 1.0, (2, 37, 96), &dev)? * 3.0)?;
             let b = Tensor::randn(0f32, 1.0, 96, &dev)?;
@@ -996,7 +996,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn columns_equal_the_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         // (n, t, c, k, pad_left, pad_right): vectorised (c % 8 == 0) and scalar rows, causal,
         // pointwise and look-ahead padding
         for (n, t, c, k, pl, pr) in [
@@ -1045,7 +1045,7 @@ mod tests {
     #[ignore = "needs a CUDA GPU"]
     fn block_tail_equals_the_candle_ops() -> candle_core::Result<()> {
         use candle_core::Module;
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for (dtype, tol) in [
             (DType::F32, 2e-6),
             (DType::BF16, 1.6e-2),
@@ -1086,7 +1086,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn rel_scores_equal_the_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let (b, h, t) = (3usize, 2usize, 23usize);
         let scale = 0.125f64;
         for dtype in [DType::F32, DType::BF16] {

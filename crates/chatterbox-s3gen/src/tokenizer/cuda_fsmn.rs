@@ -118,7 +118,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn matches_the_generic_path() -> crate::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for (b, t, c, k) in [
             (2usize, 37usize, 1280usize, 31usize),
             (1, 5, 7, 31),

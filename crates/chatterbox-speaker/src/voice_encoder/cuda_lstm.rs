@@ -171,7 +171,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn cuda_recurrence_matches_the_host_kernels() -> crate::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let (input, hidden, layers, b, t) = (40usize, 256usize, 3usize, 7usize, 160usize);
         let mut w = HashMap::new();
         for k in 0..layers {

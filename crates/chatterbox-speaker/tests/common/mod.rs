@@ -28,7 +28,7 @@ fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
 pub fn device() -> Device {
     match std::env::var("CHATTERBOX_DEVICE").as_deref() {
         #[cfg(feature = "cuda")]
-        Ok("cuda") => Device::new_cuda(0).expect("CHATTERBOX_DEVICE=cuda but no CUDA device"),
+        Ok("cuda") => chatterbox_cuda::open(0).expect("CHATTERBOX_DEVICE=cuda but no CUDA device"),
         #[cfg(feature = "metal")]
         Ok("metal") => Device::new_metal(0).expect("CHATTERBOX_DEVICE=metal but no Metal device"),
         Ok(other) if other != "cpu" => {

@@ -869,7 +869,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn cuda_gemv_epilogues_match_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for (rows, k, n) in [
             (1usize, 1024usize, 3072usize),
             (2, 1024, 8192),

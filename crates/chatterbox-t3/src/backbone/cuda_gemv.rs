@@ -172,7 +172,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn gemv_matches_matmul() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for (rows, k, n) in [(1usize, 1024usize, 3072usize), (2, 4096, 1024), (1, 16, 5)] {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev)?.to_dtype(DType::BF16)?;
             let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?.to_dtype(DType::BF16)?;

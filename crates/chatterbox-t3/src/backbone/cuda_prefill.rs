@@ -317,7 +317,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn prefill_kernels_match_candle_ops() -> crate::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         // scores of 2 x 3 heads, 37 queries after 5 cached positions
         let (b, h, t, off) = (2usize, 3usize, 37usize, 5usize);
         let n = off + t;

@@ -148,7 +148,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn cuda_filters_match_the_processors_on_the_cpu() -> crate::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         let (rows, cols) = (2usize, 8194usize);
         // logits with a spread, plus -inf entries (already filtered tokens)
         let mut v: Vec<f32> = (0..rows * cols)

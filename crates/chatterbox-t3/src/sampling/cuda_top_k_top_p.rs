@@ -227,7 +227,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn matches_the_sorting_chain() -> crate::Result<()> {
-        let gpu = Device::new_cuda(0)?;
+        let gpu = chatterbox_cuda::open(0)?;
         let cpu = Device::Cpu;
         let vocab = 6563;
         let mut kept_total = 0usize;

@@ -448,7 +448,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn a_group_matches_each_convolution_alone() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for form in forms(&dev)? {
             group_matches_alone(&dev, form)?;
         }
@@ -506,7 +506,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn matches_an_f64_convolution() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for form in forms(&dev)? {
             matches_f64(&dev, form)?;
         }
@@ -516,7 +516,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn both_forms_agree_exactly() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         if forms(&dev)?.len() < 2 {
             return Ok(());
         }

@@ -226,7 +226,7 @@ mod tests {
     #[cfg(feature = "cuda")]
     fn cuda_kernels_match_the_candle_ops() -> Result<()> {
         use rand::SeedableRng;
-        let cuda = Device::new_cuda(0)?;
+        let cuda = chatterbox_cuda::open(0)?;
         let (b, t, u) = (2, 57, 480);
         let gen = SineGen::new(24000, 8, 0.1, 0.003, 10.0);
         // voiced and unvoiced frames, up to ~600 Hz

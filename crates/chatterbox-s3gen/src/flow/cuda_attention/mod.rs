@@ -202,7 +202,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn matches_the_candle_ops() -> candle_core::Result<()> {
-        let dev = Device::new_cuda(0)?;
+        let dev = chatterbox_cuda::open(0)?;
         for dtype in [DType::BF16, DType::F16] {
             // lengths below, at and across tile edges; a padded second row
             for (b, t, h) in [
