@@ -121,16 +121,16 @@ impl Decoder {
         let subband = magspec.narrow(1, 0, self.subband)?;
         let slow_t = (t as f64 * 1.25) as usize;
         let fast_t = (t as f64 * 0.75) as usize;
-        // the three branches are independent: run them side by side
-        let ((slow, normal), fast) = rayon::join(
-            || {
-                rayon::join(
-                    || branch(&self.slow, &lerp(&subband, slow_t)?, &mask),
-                    || branch(&self.normal, &subband, &mask),
-                )
-            },
-            || branch(&self.fast, &lerp(&subband, fast_t)?, &mask),
-        );
+        let slow = || branch(&self.slow, &lerp(&subband, slow_t)?, &mask);
+        let normal = || branch(&self.normal, &subband, &mask);
+        let fast = || branch(&self.fast, &lerp(&subband, fast_t)?, &mask);
+        // the three branches are independent: run them side by side where the device orders
+        // the work of several threads (chatterbox_cuda::ordered), else one after the other
+        let ((slow, normal), fast) = if chatterbox_cuda::ordered(magspec.device()) {
+            rayon::join(|| rayon::join(slow, normal), fast)
+        } else {
+            ((slow(), normal()), fast())
+        };
         let ((slow_attn, slow_wm), (normal_attn, normal_wm)) = (slow?, normal?);
         let (fast_attn, fast_wm) = fast?;
         let attn = Tensor::cat(&[&slow_attn, &normal_attn, &fast_attn], 1)?; // (B, 3)

@@ -8,11 +8,13 @@
 //! past a row's end, so it takes no padding), and out ([`SpeechBatch::step_with`]) before the
 //! next flow call.
 //!
-//! Each flow and HiFT call is waited for before the streams' host work runs on rayon's
-//! threads. Without the wait, streams failed with NaN mels under load on an H100 (Turbo, bf16,
-//! 16 to 64 streams: up to 48 of 64 requests), and with it, or with the streams' host work run
-//! on one thread, none did; the cause (device work enqueued from several threads while a
-//! call is still running) was not found.
+//! The streams' host work (their chunk jobs and draws, joining and watermarking their audio)
+//! runs on rayon's threads when the model's device orders the work of all threads
+//! ([`chatterbox_cuda::ordered`]: the CPU, Metal, a CUDA device from [`chatterbox_cuda::open`],
+//! which every chatterbox binary uses), and on the calling thread otherwise. A CUDA device
+//! from candle's `Device::new_cuda` gives each thread its own stream: work issued from rayon's
+//! threads would race the flow and HiFT calls (batched streams failed with NaN mels that way,
+//! and may give wrong audio with no error). No device wait orders anything here.
 //!
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
@@ -43,7 +45,8 @@ pub enum BatchOutput {
 }
 
 /// Where a [`SpeechBatch`]'s time went, summed over its rounds (wall time on the calling
-/// thread; each part ends with a device-to-host read, so it includes the device work).
+/// thread). On a GPU a part ends when its work is enqueued, not done: device work shows in the
+/// first part that reads a result back (the T3 step's tokens, a stream's audio).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct BatchTimings {
@@ -57,7 +60,7 @@ pub struct BatchTimings {
     pub decode: Duration,
     /// Audio: the flow calls, each stream's HiFT and watermark on the chunks that fell due.
     pub audio: Duration,
-    /// The flow calls' part of `audio`, to the end of their device work.
+    /// The flow calls' part of `audio` (to the end of their host work).
     pub flow: Duration,
     /// The HiFT calls' part of `audio`, likewise.
     pub vocoder: Duration,
@@ -93,6 +96,8 @@ pub struct SpeechBatch<'a> {
     next_id: StreamId,
     timings: BatchTimings,
     flow_rows: usize,
+    /// Whether the streams' host work may run on rayon's threads (see the module docs).
+    parallel: bool,
 }
 
 /// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
@@ -116,6 +121,7 @@ impl<'a> SpeechBatch<'a> {
             next_id: 0,
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
+            parallel: chatterbox_cuda::ordered(core.t3.device()),
         })
     }
 
@@ -292,24 +298,32 @@ impl<'a> SpeechBatch<'a> {
         let mut flows: Vec<(usize, FlowJob)> = Vec::new();
         loop {
             let mut vocodes = Vec::new();
-            // each stream's own host work (its chunk jobs and their draws, joining its audio)
-            // on rayon's threads: the streams share nothing
-            let pumped: Vec<Option<Pumped>> = self
-                .streams
-                .par_iter_mut()
-                .zip(dirty.par_iter_mut())
-                .map(|(e, dirty)| {
-                    if !std::mem::take(dirty) || failed.contains(&e.id) {
-                        return None;
-                    }
-                    let step = e.stream.pump();
-                    let job = match step {
-                        Ok(Step::Flow) => Some(e.stream.flow_job()),
-                        _ => None,
-                    };
-                    Some((step, job, e.stream.take_ready().collect()))
-                })
-                .collect();
+            // each stream's own host work (its chunk jobs and their draws, joining its audio),
+            // on rayon's threads where the device orders their work: the streams share nothing
+            let pump = |(e, dirty): (&mut Entry<'a>, &mut bool)| -> Option<Pumped> {
+                if !std::mem::take(dirty) || failed.contains(&e.id) {
+                    return None;
+                }
+                let step = e.stream.pump();
+                let job = match step {
+                    Ok(Step::Flow) => Some(e.stream.flow_job()),
+                    _ => None,
+                };
+                Some((step, job, e.stream.take_ready().collect()))
+            };
+            let pumped: Vec<Option<Pumped>> = if self.parallel {
+                self.streams
+                    .par_iter_mut()
+                    .zip(dirty.par_iter_mut())
+                    .map(pump)
+                    .collect()
+            } else {
+                self.streams
+                    .iter_mut()
+                    .zip(dirty.iter_mut())
+                    .map(pump)
+                    .collect()
+            };
             for (i, p) in pumped.into_iter().enumerate() {
                 let Some((step, job, ready)) = p else {
                     continue;
@@ -430,7 +444,6 @@ impl<'a> SpeechBatch<'a> {
                     .map_err(PipelineError::from)
             }
         };
-        let mels = mels.and_then(|m| wait_for(m.first()).map(|()| m));
         self.timings.flow += t0.elapsed();
         self.timings.flow_calls += 1;
         self.timings.flow_chunks += group.len() as u64;
@@ -465,8 +478,7 @@ impl<'a> SpeechBatch<'a> {
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())
                 .collect();
             let t0 = Instant::now();
-            let outs = vocode_batch(hift, &jobs)
-                .and_then(|o| wait_for(o.first().map(|(wav, _)| wav)).map(|()| o));
+            let outs = vocode_batch(hift, &jobs);
             self.timings.vocoder += t0.elapsed();
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
@@ -499,15 +511,6 @@ impl<'a> SpeechBatch<'a> {
             failed.push(id);
         }
     }
-}
-
-/// Waits for the device work behind `t`: each flow and HiFT call ends with it (see the
-/// module docs).
-fn wait_for(t: Option<&candle_core::Tensor>) -> Result<()> {
-    if let Some(t) = t {
-        t.device().synchronize()?;
-    }
-    Ok(())
 }
 
 /// The calls to make of `items` (sorted by `key`): runs of one key, at most `max` long each.

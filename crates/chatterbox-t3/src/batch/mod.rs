@@ -502,6 +502,7 @@ impl<'a> BatchDecoder<'a> {
         let logits = model.speech_logits(&Tensor::cat(&last, 0)?)?;
         let debug = tracing::enabled!(tracing::Level::DEBUG);
         if debug {
+            // orders the clock read below after the prefill's device work (timing only)
             model.device().synchronize()?;
         }
         let t1 = std::time::Instant::now();
