@@ -1,12 +1,18 @@
-//! `SpeechBatch` on the GPU at full size, as `chatterbox serve` batches Turbo: many streams of
+//! `SpeechBatch` on the GPU at full size, as `chatterbox serve` batches Turbo: 64 streams of
 //! different texts and seeds spoken together (all joining at once, more than one flow call's
-//! chunks due in a round), against each stream spoken on its own. In f32, with one chunk per
+//! chunks due in a round), watermarked as served, against each stream spoken on its own. The
+//! device comes from `chatterbox_cuda::open` (one ordered stream, the streams' host work on
+//! rayon's threads) and nothing waits for the device between calls. In f32, with one chunk per
 //! flow call every stream's audio is its solo stream's to the bit (batched T3 draws the solo
 //! tokens in f32, chatterbox-t3's `tests/cuda_batch.rs`); with shared, padded flow calls it is
 //! within [`SHARED_TOL`] of the solo audio's peak. In bf16 (as served), where batched T3 GEMMs
 //! may flip random weights' near-ties, every stream of three batches of 64 must end with
-//! finite, non-silent audio: no stream fails (batched flow calls gave NaN mels under load
-//! before each call was waited for, see `SpeechBatch`).
+//! finite, non-silent audio: no stream fails (on per-thread streams, unwaited batched calls
+//! gave NaN mels under load).
+//!
+//! The watermark is Perth: the shipped weights when `CHATTERBOX_PERTH` names
+//! `perth_net_250000.pth.tar`, else Perth's architecture with seeded random weights (the same
+//! kernels and the same work per chunk; the shipped file is 37 MB).
 //!
 //! Needs a GPU, `--features cuda` (elsewhere the tests are ignored, but still compiled) and a
 //! full-size random Turbo checkpoint, `parity/checkpoints.py --variant turbo --size full --out
@@ -15,18 +21,21 @@
 //! cuda_batch -- --nocapture`.
 #![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
 
+use chatterbox_pipeline::{perth_watermarker, Watermarker};
 use chatterbox_pipeline::{
     BatchOptions, ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, VoiceClip,
     S3GEN_SR, S3_SR,
 };
 use chatterbox_testkit::speech_like;
+use chatterbox_watermark::PerthWatermarker;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Tokens per stream (random weights rarely draw the stop token: every stream runs to it).
 const TOKENS: usize = 125;
 
 /// Largest `|batched - solo|` over the solo audio's peak with shared flow calls. Measured on an
-/// H100 over 24 streams of 5 s: 1.6e-4 to 3.6e-4 for most, 1.04e-3 at worst, against 1.4e-4 for
+/// H100 over 24 streams of 5 s (no watermark): 1.6e-4 to 3.6e-4 for most, 1.04e-3 at worst, against 1.4e-4 for
 /// the tiny models of `tests/batch.rs` (whose tolerance, the pipeline fixtures' waveform
 /// tolerance, is 1e-3): the padded calls' float rounding, carried through 5 s of HiFT.
 const SHARED_TOL: f32 = 2e-3;
@@ -45,17 +54,32 @@ fn checkpoint() -> PathBuf {
     dir
 }
 
+/// Perth on `dev`: see the module docs.
+fn perth(dev: &Device) -> Arc<dyn Watermarker> {
+    match std::env::var_os("CHATTERBOX_PERTH") {
+        Some(path) => perth_watermarker(PathBuf::from(path).as_path(), dev).unwrap(),
+        None => Arc::new(PerthWatermarker::random(0x5eed, dev).unwrap()),
+    }
+}
+
 fn model(dtype: DType) -> (ChatterboxTurboTts, Conditionals) {
-    let dev = Device::new_cuda(0).unwrap();
-    let mut tts = ChatterboxTurboTts::from_dir(checkpoint(), false, &dev, dtype).unwrap();
+    let dev = chatterbox_cuda::open(0).unwrap();
+    let mut tts = ChatterboxTurboTts::from_dir(checkpoint(), false, &dev, dtype)
+        .unwrap()
+        .with_watermarker(Some(perth(&dev)));
     let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
     tts.prepare_conditionals_from_clip(&clip, 0.0).unwrap();
     let conds = tts.conditionals().cloned().unwrap();
     (tts, conds)
 }
 
-/// Stream `i`'s text and options.
+/// Stream `i`'s text and options ([`TOKENS`] at most).
 fn job(i: usize) -> (String, GenerateOptions) {
+    job_of(i, TOKENS)
+}
+
+/// Stream `i`'s text and options, `tokens` at most.
+fn job_of(i: usize, tokens: usize) -> (String, GenerateOptions) {
     let words = [
         "Good", "morning", "to", "you", "and", "all", "of", "the", "people", "here",
     ];
@@ -63,7 +87,7 @@ fn job(i: usize) -> (String, GenerateOptions) {
         .map(|k| words[(i + k) % words.len()])
         .collect();
     let mut o = GenerateOptions::turbo().with_seed(1000 + i as u64);
-    o.max_new_tokens = TOKENS;
+    o.max_new_tokens = tokens;
     (format!("{}.", text.join(" ")), o)
 }
 
@@ -83,13 +107,24 @@ fn batched(
     n: usize,
     flow_rows: usize,
 ) -> Vec<Vec<f32>> {
+    batched_of(tts, conds, n, flow_rows, TOKENS)
+}
+
+/// [`batched`] with `tokens` per stream at most.
+fn batched_of(
+    tts: &ChatterboxTurboTts,
+    conds: &Conditionals,
+    n: usize,
+    flow_rows: usize,
+    tokens: usize,
+) -> Vec<Vec<f32>> {
     let opts = BatchOptions::default()
         .with_slots(n)
-        .with_positions(TOKENS + 512);
+        .with_positions(tokens + 512);
     let mut batch = tts.batch(opts).unwrap();
     batch.set_flow_rows(flow_rows);
     for i in 0..n {
-        let (text, o) = job(i);
+        let (text, o) = job_of(i, tokens);
         batch.add(conds, &text, &o).unwrap();
     }
     let out = batch.finish_all();
@@ -114,7 +149,7 @@ fn batched(
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn f32_streams_in_a_batch_equal_their_solo_streams() {
     let (tts, conds) = model(DType::F32);
-    let n = 24;
+    let n = 64;
     let want: Vec<Vec<f32>> = (0..n).map(|i| solo(&tts, i)).collect();
     for (i, (got, want)) in batched(&tts, &conds, n, 1).iter().zip(&want).enumerate() {
         assert!(
@@ -156,5 +191,22 @@ fn bf16_streams_in_a_batch_all_finish_with_finite_audio() {
         }
         let shortest = got.iter().map(Vec::len).min().unwrap_or(0);
         println!("shortest stream: {shortest} samples (a stop token can end one early)");
+    }
+}
+
+/// A batch small enough for `compute-sanitizer` (which runs kernels ~100x slower): 8 bf16
+/// streams of 40 tokens, watermarked, sharing flow and HiFT calls; every stream ends with
+/// finite, non-silent audio. Run under `compute-sanitizer --tool memcheck
+/// --track-stream-ordered-races all` with `--exact a_small_batch_runs_clean` (docs/cuda.md).
+#[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
+fn a_small_batch_runs_clean() {
+    let (tts, conds) = model(DType::BF16);
+    for (i, audio) in batched_of(&tts, &conds, 8, 4, 40).iter().enumerate() {
+        assert!(
+            audio.iter().all(|v| v.is_finite()),
+            "stream {i}: not finite"
+        );
+        assert!(audio.iter().any(|&v| v != 0.0), "stream {i}: silent");
     }
 }

@@ -48,20 +48,29 @@
 //! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
 //! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`.
 //!
+//! Watermark: `CHATTERBOX_SERVE_WATERMARK` = `random` (Perth's architecture with seeded
+//! random weights: the shipped model's work per chunk) or the path of Perth's weights
+//! (`perth_net_250000.pth.tar`); unset, none (the default `chatterbox serve` watermarks).
+//! Voice uploads: with `CHATTERBOX_SERVE_UPLOAD_EVERY_S=S`, a client uploads a 10 s voice
+//! (`POST /v1/voices`, one of four names) every `S` seconds while the memory phase runs, each
+//! analysed by the worker between the speech requests' work. Records: `mem_uploads`,
+//! `mem_upload_errors` (must be 0), `mem_upload_p95_ms`.
+//!
 //! Every value is stored in the records' `*_ms` fields (one sample); the shape names its unit.
 //! The run fails (after writing its records) on any error, or when the RSS grows by more than
 //! `CHATTERBOX_SERVE_MAX_GROWTH_MB` (default 64) over the memory phase.
 use anyhow::Context as _;
 use candle_core::{DType, Device};
 use chatterbox_pipeline::{
-    Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip, FLOW_ROWS, S3GEN_SR,
-    S3_SR,
+    perth_watermarker, Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip,
+    Watermarker, FLOW_ROWS, S3GEN_SR, S3_SR,
 };
 use chatterbox_server::{
     BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
     SpeechBatch, SpeechModel, SAMPLE_RATE,
 };
 use chatterbox_testkit::{speech_like, BenchRecord, Timing};
+use chatterbox_watermark::PerthWatermarker;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -230,6 +239,9 @@ impl SpeechBatch for CappedBatch<'_> {
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
         self.inner.timings()
     }
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
+        self.inner.save_voice(audio, path)
+    }
 }
 
 /// The process's resident set, MB (NaN where the platform does not tell).
@@ -250,6 +262,7 @@ struct Sample {
 }
 
 fn sample(dev: &Device) -> Sample {
+    // orders the memory reading after the work queued so far (measurement only)
     let _ = dev.synchronize();
     Sample {
         rss: rss_mb(),
@@ -592,13 +605,68 @@ async fn wait_ready(base: &str, server: &tokio::task::JoinHandle<()>) -> anyhow:
     }
 }
 
+/// While `on`, uploads a 10 s voice to `url` every `every_s` seconds (four names in turn);
+/// each upload's time to its 201 in ms, or its error.
+async fn upload_voices(
+    url: String,
+    every_s: f64,
+    on: Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<Result<f64, String>> {
+    let mut out = Vec::new();
+    let wav = {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: S3GEN_SR as u32,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        let written = hound::WavWriter::new(&mut bytes, spec).and_then(|mut w| {
+            for v in speech_like(S3GEN_SR, 10.0) {
+                w.write_sample((v.clamp(-1.0, 1.0) * 32767.0) as i16)?;
+            }
+            w.finalize()
+        });
+        if let Err(e) = written {
+            return vec![Err(format!("cannot write the voice clip: {e}"))];
+        }
+        bytes.into_inner()
+    };
+    let client = reqwest::Client::new();
+    let mut k = 0usize;
+    while on.load(Ordering::Acquire) {
+        let form = reqwest::multipart::Form::new()
+            .text("name", format!("bench-upload-{}", k % 4))
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(wav.clone()).file_name("clip.wav"),
+            );
+        let t0 = Instant::now();
+        let r = match client.post(&url).multipart(form).send().await {
+            Ok(r) if r.status() == reqwest::StatusCode::CREATED => {
+                Ok(t0.elapsed().as_secs_f64() * 1e3)
+            }
+            Ok(r) => Err(format!(
+                "{}: {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        out.push(r);
+        k += 1;
+        tokio::time::sleep(Duration::from_secs_f64(every_s)).await;
+    }
+    out
+}
+
 async fn bench_main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let gpus = env_usize("CHATTERBOX_SERVE_GPUS", 1).max(1);
     let (devs, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
         Ok("cuda") => (
             (0..gpus)
-                .map(Device::new_cuda)
+                .map(chatterbox_cuda::open)
                 .collect::<Result<Vec<_>, _>>()?,
             DType::BF16,
             if gpus > 1 {
@@ -620,6 +688,8 @@ async fn bench_main() -> anyhow::Result<()> {
     let mem_clients = env_usize("CHATTERBOX_SERVE_MEMORY_CLIENTS", 8).max(1);
     let mem_tokens = env_usize("CHATTERBOX_SERVE_MEMORY_TOKENS", 20).max(1);
     let max_growth = env_f64("CHATTERBOX_SERVE_MAX_GROWTH_MB", 64.0);
+    let upload_every = env_f64("CHATTERBOX_SERVE_UPLOAD_EVERY_S", 0.0);
+    let watermark = std::env::var("CHATTERBOX_SERVE_WATERMARK").ok();
 
     let (model, exaggeration, marker) = match variant.as_str() {
         "turbo" => (ModelId::Turbo, 0.0, "t3_turbo_v1.safetensors"),
@@ -633,15 +703,22 @@ async fn bench_main() -> anyhow::Result<()> {
         .with_positions(tokens.max(mem_tokens) + 512);
     let loader = |dev: Device| {
         let (dir, cap, batching) = (dir.clone(), cap.clone(), batching.clone());
+        let watermark = watermark.clone();
         move || -> Result<Vec<Box<dyn SpeechModel>>, ModelError> {
             let t0 = Instant::now();
             let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
+            let marker: Option<Arc<dyn Watermarker>> = match watermark.as_deref() {
+                None => None,
+                Some("random") => Some(Arc::new(PerthWatermarker::random(0x5eed, &dev)?)),
+                Some(path) => Some(perth_watermarker(Path::new(path), &dev)?),
+            };
             let inner = if model == ModelId::Turbo {
-                let mut tts = ChatterboxTurboTts::from_dir(&dir, false, &dev, dtype)?;
+                let mut tts = ChatterboxTurboTts::from_dir(&dir, false, &dev, dtype)?
+                    .with_watermarker(marker);
                 tts.prepare_conditionals_from_clip(&clip, exaggeration)?;
                 PipelineModel::from(tts)
             } else {
-                let mut tts = ChatterboxTts::from_dir(&dir, &dev, dtype)?;
+                let mut tts = ChatterboxTts::from_dir(&dir, &dev, dtype)?.with_watermarker(marker);
                 tts.prepare_conditionals_from_clip(&clip, exaggeration)?;
                 PipelineModel::from(tts)
             };
@@ -668,6 +745,11 @@ async fn bench_main() -> anyhow::Result<()> {
         + 8;
     // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
     config.request_timeout = Duration::from_secs(3600);
+    let voices =
+        std::env::temp_dir().join(format!("chatterbox-serve-bench-{}", std::process::id()));
+    if upload_every > 0.0 {
+        config.voices_dir = Some(voices.clone());
+    }
     let workers = devs
         .iter()
         .enumerate()
@@ -750,10 +832,22 @@ async fn bench_main() -> anyhow::Result<()> {
         before.rss,
         fmt_gpu(before.gpu)
     );
+    let uploading = Arc::new(std::sync::atomic::AtomicBool::new(upload_every > 0.0));
+    let uploader = tokio::spawn(upload_voices(
+        format!("{base}/v1/voices"),
+        upload_every,
+        uploading.clone(),
+    ));
     let (out, wall) = run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
+    uploading.store(false, Ordering::Release);
+    let uploads = uploader.await.unwrap_or_default();
     let after = sample(&dev);
     let mem_errors = warm_errors + count_errors("memory", &out);
-    errors += mem_errors;
+    let upload_errors = uploads.iter().filter(|u| u.is_err()).count();
+    for e in uploads.iter().filter_map(|u| u.as_ref().err()).take(3) {
+        eprintln!("upload: error: {e}");
+    }
+    errors += mem_errors + upload_errors;
     let what = format!(
         "{mem_requests} requests, {mem_clients} clients, cap {mem_tokens} tokens, MB (10^6 bytes)"
     );
@@ -799,6 +893,29 @@ async fn bench_main() -> anyhow::Result<()> {
         format!("seconds (not ms) for the requests, {what}"),
         wall,
     );
+    if upload_every > 0.0 {
+        let what = format!("voice uploads every {upload_every} s during the memory phase");
+        let ms: Vec<f64> = uploads
+            .iter()
+            .filter_map(|u| u.as_ref().ok().copied())
+            .collect();
+        bench.push(
+            "mem_uploads",
+            format!("count: {what}"),
+            uploads.len() as f64,
+        );
+        bench.push(
+            "mem_upload_errors",
+            format!("count: failed uploads (must be 0), {what}"),
+            upload_errors as f64,
+        );
+        bench.push(
+            "mem_upload_p95_ms",
+            format!("ms from request to 201, p95, {what}"),
+            percentile(&ms, 0.95),
+        );
+        let _ = std::fs::remove_dir_all(&voices);
+    }
 
     let _ = stop_tx.send(());
     if tokio::time::timeout(Duration::from_secs(60), handle)

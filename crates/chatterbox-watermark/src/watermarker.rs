@@ -59,6 +59,35 @@ impl PerthWatermarker {
         )?))
     }
 
+    /// The shipped model's architecture ([`PerthConfig::implicit`]) with seeded random
+    /// weights, uniform in `±1/sqrt(fan_in)` (the last layer of each stack 100 times smaller,
+    /// so that the encoder's residual is a small change of the magnitudes, as the shipped
+    /// model's is), on `device`: the same kernels and the same work per call as the shipped
+    /// model, for tests and benches that cannot carry its 37 MB. The watermark it embeds is not
+    /// Perth's (its detector will not find it).
+    pub fn random(seed: u64, device: &Device) -> Result<Self> {
+        let cfg = PerthConfig::implicit();
+        // xorshift64 (a zero state would stay zero)
+        let mut state = seed | 1;
+        let mut weights = std::collections::HashMap::new();
+        for (name, shape) in PerthNet::weight_shapes(&cfg) {
+            let fan_in = shape.iter().skip(1).product::<usize>().max(1);
+            let last = if name.contains(".6.conv.") { 0.01 } else { 1.0 };
+            let scale = (last * (1.0 / fan_in as f64).sqrt()) as f32;
+            let values: Vec<f32> = (0..shape.iter().product::<usize>())
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let unit = (state >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                    (unit * 2.0 - 1.0) * scale
+                })
+                .collect();
+            weights.insert(name, Tensor::from_vec(values, shape, device)?);
+        }
+        Ok(Self::new(PerthNet::from_state_dict(&cfg, weights, device)?))
+    }
+
     /// The network.
     pub fn net(&self) -> &PerthNet {
         &self.net

@@ -203,3 +203,29 @@ fn detection_is_clipped_and_rounded() {
     assert_eq!(d.confidence, d.score.round_ties_even());
     assert_eq!(wm.get_watermark(&x, 24_000).unwrap(), d.confidence);
 }
+
+#[test]
+fn random_weights_are_seeded_and_watermark_with_finite_output() {
+    let dev = Device::Cpu;
+    let a = PerthWatermarker::random(7, &dev).unwrap();
+    let b = PerthWatermarker::random(7, &dev).unwrap();
+    let c = PerthWatermarker::random(8, &dev).unwrap();
+    let clip = speech(24_000, 1.0);
+    let (wa, wb, wc) = (
+        a.apply_watermark(&clip, 24_000).unwrap(),
+        b.apply_watermark(&clip, 24_000).unwrap(),
+        c.apply_watermark(&clip, 24_000).unwrap(),
+    );
+    assert_eq!(wa, wb, "one seed, one network");
+    assert_ne!(wa, wc, "another seed, another network");
+    assert_eq!(wa.len(), clip.len());
+    assert!(wa.iter().all(|v| v.is_finite()));
+    // it changes the audio, a little (the shipped model changes it by far less)
+    let diff = wa
+        .iter()
+        .zip(&clip)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let peak = clip.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(diff > 0.0 && diff < 0.5 * peak, "{diff} vs peak {peak}");
+}
