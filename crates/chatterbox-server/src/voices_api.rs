@@ -167,8 +167,8 @@ async fn upload(
     // analyse this same clip now, and models loaded later analyse it from the file, so both
     // get the same conditionals.
     let clip = tokio::task::spawn_blocking(move || {
-        // TODO(decode cap): decode with the maximum duration (chatterbox-dsp's capped decode)
-        // and answer its too-long error with a 400 naming the limit.
+        // decoding stops at chatterbox_dsp::audio::MAX_DECODED_SECONDS (refused up front when
+        // the header claims more): a longer clip is a 400 naming the limit
         let audio = chatterbox_dsp::audio::decode(audio.to_vec(), None)?;
         normalise_clip(&audio)
     })

@@ -353,6 +353,31 @@ async fn reserved_names_are_refused_and_a_reupload_replaces() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clip_longer_than_the_decode_limit_is_a_400_and_the_server_still_serves() {
+    let dir = support::temp_dir("store-too-long");
+    let english = StoreFake::new(ModelId::English);
+    let s = TestServer::start(config(dir.path()), vec![english.device()]).await;
+    // a 1 s WAV whose header claims 3 hours (what a decompression bomb looks like up front)
+    let mut wav = clip_wav(1.0, 200.0);
+    let at = wav.windows(4).position(|w| w == b"data").unwrap() + 4;
+    let claimed: u32 = 3 * 3600 * 24_000 * 2;
+    wav[at..at + 4].copy_from_slice(&claimed.to_le_bytes());
+    let riff = claimed + at as u32 - 4; // the RIFF chunk holds everything after its size field
+    wav[4..8].copy_from_slice(&riff.to_le_bytes());
+    let t0 = Instant::now();
+    let e = expect_error(upload(&s, "bomb", wav).await, 400).await;
+    assert_eq!(e["param"], "file");
+    let msg = e["message"].as_str().unwrap();
+    let limit = format!("{} s", chatterbox_dsp::audio::MAX_DECODED_SECONDS);
+    assert!(msg.contains(&limit), "{msg}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(entries(dir.path()).is_empty());
+    // and the server goes on: the same name with a real clip is stored
+    assert_eq!(upload(&s, "bomb", clip_wav(1.0, 200.0)).await.status(), 201);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flat_layout_is_still_read() {
     let dir = support::temp_dir("store-flat");
     let flat = dir.path().join("old.chatterbox.safetensors");
