@@ -14,6 +14,7 @@ use crate::progress::Progress;
 use crate::s3gen::{
     S3Gen, S3GenOptions, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };
+use crate::tts::Truncation;
 use crate::voice::{audio_24k, norm_loudness, VoiceClip};
 use crate::watermark::WatermarkHook;
 use crate::{PipelineError, Result};
@@ -49,6 +50,28 @@ pub struct ChunkOutput {
     pub mel: Tensor,
     /// The waveform at 24 kHz after the variant's trimming (no watermark).
     pub wav: Vec<f32>,
+    /// Whether T3 stopped at `max_new_tokens` without drawing its stop token: the speech is
+    /// cut where the cap fell (see [`Truncation`]).
+    pub truncated: bool,
+}
+
+/// What a whole generation did besides its audio (the models' `generate_with_report` and
+/// `generate_stream_with_report`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpeechReport {
+    /// Text chunks spoken (the sentence splitting of [`GenerateOptions::max_chunk_chars`]).
+    pub sentences: usize,
+    /// Those cut at [`GenerateOptions::max_new_tokens`], in order (empty when T3 finished
+    /// every one with its stop token).
+    pub truncated: Vec<Truncation>,
+}
+
+impl SpeechReport {
+    /// Whether some text chunk's speech was cut at the token cap.
+    pub fn is_truncated(&self) -> bool {
+        !self.truncated.is_empty()
+    }
 }
 
 /// `drop_invalid_tokens` (chatterbox/models/s3tokenizer): the tokens after the first `SOS` and
@@ -154,6 +177,16 @@ impl TtsCore {
 
     pub(crate) fn is_turbo(&self) -> bool {
         matches!(self.variant, Variant::Turbo | Variant::Nano)
+    }
+
+    /// Speech tokens T3 draws at most for one text chunk: `max_new_tokens` (Turbo one more:
+    /// `inference_turbo` draws its first token, then `max_gen_len` more).
+    pub(crate) fn token_limit(&self, opts: &GenerateOptions) -> usize {
+        if self.is_turbo() {
+            opts.max_new_tokens.saturating_add(1)
+        } else {
+            opts.max_new_tokens
+        }
     }
 
     /// `ENC_COND_LEN`: 6 s at 16 kHz (15 s for Turbo).
@@ -292,32 +325,31 @@ impl TtsCore {
                 max,
             })
         };
-        let raw_tokens: Vec<u32> = if self.is_turbo() {
-            let cond_emb = self.t3.prepare_conditioning(&conds.t3)?;
-            let mut v = Vec::new();
-            for t in self.token_stream(&cond_emb, &ids, opts, sampling)? {
-                v.push(t?);
-                on_token(v.len());
-            }
-            // `inference_turbo` returns the tokens without a final stop token.
-            if v.last() == Some(&self.t3.config().stop_speech_token) {
-                v.pop();
-            }
-            v
+        let cond_emb = if self.is_turbo() {
+            self.t3.prepare_conditioning(&conds.t3)?
         } else {
             let cond = conds.with_exaggeration(opts.exaggeration);
-            let cond_emb = self.t3.prepare_conditioning(&cond.t3)?;
-            let mut v = Vec::new();
-            for t in self.token_stream(&cond_emb, &ids, opts, sampling)? {
-                v.push(t?);
-                on_token(v.len());
-            }
-            v
+            self.t3.prepare_conditioning(&cond.t3)?
         };
+        let mut raw_tokens = Vec::new();
+        let mut tokens = self.token_stream(&cond_emb, &ids, opts, sampling)?;
+        for t in tokens.by_ref() {
+            raw_tokens.push(t?);
+            on_token(raw_tokens.len());
+        }
+        // cut at the cap: every token drawn, none of them the stop token (Turbo may also stop
+        // early when every logit is -inf: not a cut)
+        let truncated = !tokens.stopped_on_eos() && raw_tokens.len() >= self.token_limit(opts);
+        drop(tokens);
+        // `inference_turbo` returns the tokens without a final stop token.
+        if self.is_turbo() && raw_tokens.last() == Some(&self.t3.config().stop_speech_token) {
+            raw_tokens.pop();
+        }
         tracing::info!(
             chunk,
             text_tokens = ids.len(),
             speech_tokens = raw_tokens.len(),
+            truncated,
             secs = t3_started.elapsed().as_secs_f64(),
             "T3: speech tokens"
         );
@@ -360,6 +392,7 @@ impl TtsCore {
             speech_tokens,
             mel,
             wav,
+            truncated,
         })
     }
 
@@ -480,7 +513,7 @@ impl TtsCore {
         opts: &GenerateOptions,
         progress: &mut dyn FnMut(&Progress),
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<SpeechReport> {
         let mut marker = self.watermark.stream(S3GEN_SR);
         self.generate_unmarked(text, opts, progress, &mut |piece| {
             let marked = marker.push(piece.to_vec())?;
@@ -495,7 +528,7 @@ impl TtsCore {
         opts: &GenerateOptions,
         progress: &mut dyn FnMut(&Progress),
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<SpeechReport> {
         opts.validate()?;
         let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
         let chunks = self.text_chunks(text, opts)?;
@@ -503,6 +536,10 @@ impl TtsCore {
         let fade = (opts.crossfade_ms as usize * S3GEN_SR as usize) / 1000;
         let mut fader = Crossfader::new(fade);
         let total = chunks.len();
+        let mut report = SpeechReport {
+            sentences: total,
+            truncated: Vec::new(),
+        };
         for (index, chunk) in chunks.iter().enumerate() {
             progress(&Progress::ChunkStarted {
                 index,
@@ -517,6 +554,16 @@ impl TtsCore {
             // Each chunk's draws from its own seed, as a stream draws them.
             let mut draws = SeededDraws::new(seed.wrapping_add(index as u64));
             let out = self.synthesize(chunk, opts, conds, sampling, &mut draws, index, progress)?;
+            if out.truncated {
+                tracing::info!(
+                    chunk = index,
+                    tokens = out.raw_tokens.len(),
+                    "the text chunk's speech was cut at max_new_tokens (no stop token drawn)"
+                );
+                report
+                    .truncated
+                    .push(Truncation::new(index, chunk, self.token_limit(opts)));
+            }
             let samples = out.wav.len();
             let ready = fader.push(out.wav);
             if !ready.is_empty() {
@@ -532,7 +579,7 @@ impl TtsCore {
         if !rest.is_empty() {
             on_audio(&rest)?;
         }
-        Ok(())
+        Ok(report)
     }
 
     /// [`TtsCore::generate_stream`] collected, then watermarked.
@@ -541,13 +588,13 @@ impl TtsCore {
         text: &str,
         opts: &GenerateOptions,
         progress: &mut dyn FnMut(&Progress),
-    ) -> Result<Audio> {
+    ) -> Result<(Audio, SpeechReport)> {
         let mut wav = Vec::new();
-        self.generate_unmarked(text, opts, progress, &mut |s| {
+        let report = self.generate_unmarked(text, opts, progress, &mut |s| {
             wav.extend_from_slice(s);
             Ok(())
         })?;
         self.watermark.apply(&mut wav, S3GEN_SR)?;
-        Ok(Audio::new(wav, S3GEN_SR))
+        Ok((Audio::new(wav, S3GEN_SR), report))
     }
 }

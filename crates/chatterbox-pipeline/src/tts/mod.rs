@@ -5,12 +5,12 @@ mod core;
 mod stream;
 
 pub use self::core::{
-    drop_invalid_tokens, ChunkOutput, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE,
-    TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+    drop_invalid_tokens, ChunkOutput, SpeechReport, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS,
+    SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 
 pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, FLOW_ROWS};
-pub use self::stream::{AudioChunk, SpeechStream};
+pub use self::stream::{AudioChunk, SpeechStream, Truncation};
 
 use self::core::TtsCore;
 use crate::checkpoint::{MultilingualT3, Variant};
@@ -100,9 +100,11 @@ macro_rules! tts_methods {
 
             /// `generate(text, ...)`: speech for `text` in the current voice, 24 kHz mono.
             /// Long text is split at sentence boundaries, spoken chunk by chunk and joined
-            /// with a [`GenerateOptions::crossfade_ms`] crossfade.
+            /// with a [`GenerateOptions::crossfade_ms`] crossfade. A chunk whose speech
+            /// reaches [`GenerateOptions::max_new_tokens`] is cut there: see
+            /// [`Self::generate_with_report`] to learn which.
             pub fn generate(&self, text: &str, opts: &GenerateOptions) -> Result<Audio> {
-                self.core.generate(text, opts, &mut |_| {})
+                Ok(self.core.generate(text, opts, &mut |_| {})?.0)
             }
 
             /// [`Self::generate`] reporting [`Progress`] events (tokens, chunks).
@@ -112,6 +114,18 @@ macro_rules! tts_methods {
                 opts: &GenerateOptions,
                 progress: &mut dyn FnMut(&Progress),
             ) -> Result<Audio> {
+                Ok(self.core.generate(text, opts, progress)?.0)
+            }
+
+            /// [`Self::generate_with_progress`], with a [`SpeechReport`] of the generation:
+            /// the text chunks whose speech was cut at [`GenerateOptions::max_new_tokens`]
+            /// (T3 never drew its stop token for them).
+            pub fn generate_with_report(
+                &self,
+                text: &str,
+                opts: &GenerateOptions,
+                progress: &mut dyn FnMut(&Progress),
+            ) -> Result<(Audio, SpeechReport)> {
                 self.core.generate(text, opts, progress)
             }
 
@@ -126,6 +140,20 @@ macro_rules! tts_methods {
                 progress: &mut dyn FnMut(&Progress),
                 on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
             ) -> Result<()> {
+                self.core
+                    .generate_stream(text, opts, progress, on_audio)
+                    .map(|_| ())
+            }
+
+            /// [`Self::generate_stream`], returning a [`SpeechReport`] of the generation: the
+            /// text chunks whose speech was cut at [`GenerateOptions::max_new_tokens`].
+            pub fn generate_stream_with_report(
+                &self,
+                text: &str,
+                opts: &GenerateOptions,
+                progress: &mut dyn FnMut(&Progress),
+                on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+            ) -> Result<SpeechReport> {
                 self.core.generate_stream(text, opts, progress, on_audio)
             }
 

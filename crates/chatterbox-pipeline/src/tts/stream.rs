@@ -15,6 +15,10 @@
 //! * Long text: the sentence chunks of `generate` (`max_chunk_chars`), each streamed in turn and
 //!   joined with the same linear crossfade, itself streamed.
 //!
+//! A sentence whose tokens stop at [`GenerateOptions::max_new_tokens`] instead of T3's stop
+//! token is spoken as far as its tokens go and reported in [`AudioChunk::truncated`] (and
+//! [`SpeechStream::truncations`]): its speech is cut, usually mid-word.
+//!
 //! With one seed a stream draws the same speech tokens (T3's sampling is seeded per sentence
 //! as in `generate`) and the same CFM noise as `generate`; the audio differs where the flow
 //! made a chunk's frames before the look-ahead tokens that `generate` had, and at HiFT's joins
@@ -48,6 +52,37 @@ pub struct AudioChunk {
     pub samples: Vec<f32>,
     /// Whether this is the last chunk: the stream ends after it.
     pub is_last: bool,
+    /// The text chunks cut at the token cap whose speech ended since the previous chunk
+    /// (usually empty): each such text chunk is reported once, in the chunk that holds the
+    /// end of its audio (or, when the crossfade held all of that back, in the next chunk; the
+    /// last chunk reports any still due).
+    pub truncated: Vec<Truncation>,
+}
+
+/// A text chunk whose speech T3 cut at [`GenerateOptions::max_new_tokens`]: it drew that many
+/// tokens without drawing its stop token, so the speech ends where the cap fell (usually
+/// mid-word), not where the text ends. Raise the cap or split the text into shorter chunks
+/// ([`GenerateOptions::max_chunk_chars`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Truncation {
+    /// The text chunk (as [`AudioChunk::sentence`]), from 0.
+    pub sentence: usize,
+    /// Its text, as the sentence splitting gave it.
+    pub text: String,
+    /// The speech tokens drawn for it: the cap (Turbo draws one more than `max_new_tokens`,
+    /// as the reference's `inference_turbo` does).
+    pub tokens: usize,
+}
+
+impl Truncation {
+    pub(crate) fn new(sentence: usize, text: &str, tokens: usize) -> Self {
+        Self {
+            sentence,
+            text: text.to_string(),
+            tokens,
+        }
+    }
 }
 
 /// The progress callback of a stream.
@@ -62,7 +97,19 @@ enum Tokens<'a> {
         id: RequestId,
         queue: VecDeque<u32>,
         ended: bool,
+        /// Whether the request ended on T3's stop token (known once `ended`).
+        stopped_on_eos: bool,
     },
+}
+
+impl Tokens<'_> {
+    /// Whether the sentence's tokens ended on T3's stop token (once they have ended).
+    fn stopped_on_eos(&self) -> bool {
+        match self {
+            Tokens::Own(ts) => ts.stopped_on_eos(),
+            Tokens::Batched { stopped_on_eos, .. } => *stopped_on_eos,
+        }
+    }
 }
 
 /// What one step of a stream did.
@@ -94,6 +141,8 @@ struct Sentence<'a> {
     pushed: usize,
     /// Tokens outside S3Gen's vocabulary (not synthesised).
     skipped: usize,
+    /// T3 stopped at `max_new_tokens` without its stop token.
+    cut: bool,
     /// Batched: T3 has stopped and the synthesiser's last chunks are being made; holds their
     /// audio until the final chunk (`end_sentence` takes it all at once).
     ending: Option<Vec<f32>>,
@@ -129,6 +178,10 @@ pub struct SpeechStream<'a> {
     emitted: usize,
     done: bool,
     progress: Option<ProgressFn<'a>>,
+    /// Every text chunk cut at the token cap so far.
+    cuts: Vec<Truncation>,
+    /// Those of `cuts` not yet reported in a chunk.
+    cuts_due: Vec<Truncation>,
 }
 
 impl<'a> SpeechStream<'a> {
@@ -176,6 +229,8 @@ impl<'a> SpeechStream<'a> {
             emitted: 0,
             done: false,
             progress: None,
+            cuts: Vec::new(),
+            cuts_due: Vec::new(),
         })
     }
 
@@ -201,6 +256,12 @@ impl<'a> SpeechStream<'a> {
         self.emitted
     }
 
+    /// The text chunks cut at [`GenerateOptions::max_new_tokens`] so far (each also reported
+    /// once in [`AudioChunk::truncated`]).
+    pub fn truncations(&self) -> &[Truncation] {
+        &self.cuts
+    }
+
     fn report(&mut self, p: &Progress) {
         if let Some(f) = self.progress.as_mut() {
             f(p);
@@ -220,6 +281,7 @@ impl<'a> SpeechStream<'a> {
             sample_offset: self.emitted,
             is_last,
             samples,
+            truncated: std::mem::take(&mut self.cuts_due),
         });
         self.chunks += 1;
         self.emitted += self.ready.back().map_or(0, |c| c.samples.len());
@@ -259,6 +321,7 @@ impl<'a> SpeechStream<'a> {
                     id,
                     queue: VecDeque::new(),
                     ended: false,
+                    stopped_on_eos: false,
                 }
             }
         };
@@ -280,6 +343,7 @@ impl<'a> SpeechStream<'a> {
             drawn: 0,
             pushed: 0,
             skipped: 0,
+            cut: false,
             ending: None,
             flow_out: None,
             vocode_out: None,
@@ -300,7 +364,13 @@ impl<'a> SpeechStream<'a> {
     /// failure ends the sentence's tokens).
     pub(crate) fn deliver(&mut self, event: BatchEvent) -> Result<()> {
         let Some(Sentence {
-            tokens: Tokens::Batched { queue, ended, .. },
+            tokens:
+                Tokens::Batched {
+                    queue,
+                    ended,
+                    stopped_on_eos,
+                    ..
+                },
             ..
         }) = self.sentence.as_mut()
         else {
@@ -308,7 +378,13 @@ impl<'a> SpeechStream<'a> {
         };
         match event {
             BatchEvent::Token { token, .. } => queue.push_back(token),
-            BatchEvent::Finished { .. } => *ended = true,
+            BatchEvent::Finished {
+                stopped_on_eos: eos,
+                ..
+            } => {
+                *ended = true;
+                *stopped_on_eos = eos;
+            }
             BatchEvent::Failed { error, .. } => {
                 *ended = true;
                 return Err(error.into());
@@ -457,6 +533,9 @@ impl<'a> SpeechStream<'a> {
                 self.emit(out, false)?;
             }
             None => {
+                // cut at the cap: all its tokens drawn and none of them the stop token (Turbo
+                // may also stop early when every logit is -inf: not a cut)
+                s.cut = !s.tokens.stopped_on_eos() && s.drawn >= self.core.token_limit(&self.opts);
                 let variant = self.core.variant;
                 if s.skipped > 0 && variant == Variant::Multilingual {
                     tracing::warn!("dropping speech tokens outside S3Gen's vocabulary");
@@ -502,11 +581,23 @@ impl<'a> SpeechStream<'a> {
         let samples = s.synth.emitted();
         let mut out = self.fader.push_part(&audio);
         out.extend(self.fader.end_segment());
+        if s.cut {
+            tracing::info!(
+                chunk = s.index,
+                tokens = s.drawn,
+                "the text chunk's speech was cut at max_new_tokens (no stop token drawn)"
+            );
+            let cut = Truncation::new(s.index, &s.text, s.drawn);
+            self.cuts.push(cut.clone());
+            // reported with the chunk that ends the sentence's audio
+            self.cuts_due.push(cut);
+        }
         self.emit(out, false)?;
         tracing::debug!(
             chunk = s.index,
             speech_tokens = s.pushed,
             samples,
+            truncated = s.cut,
             "streamed a text chunk"
         );
         let total = self.texts.len();
