@@ -64,8 +64,32 @@ macro_rules! tts_methods {
                 audio: &Audio,
                 exaggeration: f32,
             ) -> Result<()> {
-                self.core.conds = Some(self.core.conditionals_from_audio(audio, exaggeration)?);
+                self.core.conds = Some(self.conditionals_from_audio(audio, exaggeration)?);
                 Ok(())
+            }
+
+            /// The voice of a reference clip (decoded audio at any sample rate), analysed as
+            /// [`Self::prepare_conditionals_from_audio`] analyses it, without making it the
+            /// model's voice: the current voice stays as it is, so this takes `&self` and may
+            /// run while streams or a [`SpeechBatch`] borrow the model. Pass the result to
+            /// [`Self::set_conditionals`], [`SpeechBatch::add`] or [`Conditionals::save`].
+            pub fn conditionals_from_audio(
+                &self,
+                audio: &Audio,
+                exaggeration: f32,
+            ) -> Result<Conditionals> {
+                self.core.conditionals_from_audio(audio, exaggeration)
+            }
+
+            /// [`Self::conditionals_from_audio`] from the clip at 24 kHz and its 16 kHz copy
+            /// as given (no resampling, no loudness normalisation), as
+            /// [`Self::prepare_conditionals_from_clip`] analyses it.
+            pub fn conditionals_from_clip(
+                &self,
+                clip: &VoiceClip,
+                exaggeration: f32,
+            ) -> Result<Conditionals> {
+                self.core.conditionals_from_clip(clip, exaggeration)
             }
 
             /// [`Self::prepare_conditionals`] from the clip at 24 kHz and its 16 kHz copy as
@@ -75,7 +99,7 @@ macro_rules! tts_methods {
                 clip: &VoiceClip,
                 exaggeration: f32,
             ) -> Result<()> {
-                self.core.conds = Some(self.core.conditionals_from_clip(clip, exaggeration)?);
+                self.core.conds = Some(self.conditionals_from_clip(clip, exaggeration)?);
                 Ok(())
             }
 
