@@ -17,7 +17,11 @@ pub(crate) enum Event {
     /// The generation failed or timed out; nothing follows.
     Error(ApiError),
     /// The audio is complete.
-    Done,
+    Done {
+        /// Whether the speech of some sentence was cut at `max_new_tokens` (the model never
+        /// drew its stop token for it).
+        truncated: bool,
+    },
 }
 
 /// Speak a text.

@@ -1,6 +1,7 @@
 //! Prometheus metrics in the text exposition format: requests by status, speech latency and
 //! time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
-//! factor), queue depth, jobs running, the process's resident memory and each GPU's memory.
+//! factor), speech cut at the token cap, queue depth, jobs running, the process's resident
+//! memory and each GPU's memory.
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Mutex, PoisonError};
@@ -48,6 +49,7 @@ struct Inner {
     audio_secs: f64,
     generation_secs: f64,
     connections_refused: u64,
+    truncated: u64,
 }
 
 /// What `/metrics` reads at each scrape.
@@ -100,6 +102,11 @@ impl Metrics {
         });
     }
 
+    /// A speech request's audio was cut at the token cap (`max_new_tokens`).
+    pub fn speech_truncated(&self) {
+        self.with(|m| m.truncated += 1);
+    }
+
     /// The text exposition, with the gauges read now.
     pub(crate) fn render(&self, g: &Gauges) -> String {
         let mut out = String::new();
@@ -140,6 +147,14 @@ impl Metrics {
                  # TYPE chatterbox_connections_refused_total counter\n\
                  chatterbox_connections_refused_total {}",
                 m.connections_refused
+            );
+            let _ = writeln!(
+                out,
+                "# HELP chatterbox_speech_truncated_total Speech requests served whose speech was \
+                 cut at the token cap (max_new_tokens) in some sentence.\n\
+                 # TYPE chatterbox_speech_truncated_total counter\n\
+                 chatterbox_speech_truncated_total {}",
+                m.truncated
             );
         });
         let _ = writeln!(
@@ -200,6 +215,7 @@ mod tests {
         m.connection_refused();
         m.first_audio(Duration::from_millis(30));
         m.speech_done(Duration::from_secs(2), 1.5);
+        m.speech_truncated();
         let t = m.render(&Gauges {
             queue_depth: 3,
             running: 1,
@@ -223,6 +239,7 @@ mod tests {
         assert!(t.contains("process_resident_memory_bytes 123456\n"));
         assert!(t.contains("chatterbox_device_memory_used_bytes{device=\"cuda:0\"} 5\n"));
         assert!(t.contains("chatterbox_device_memory_total_bytes{device=\"cuda:0\"} 80\n"));
+        assert!(t.contains("\nchatterbox_speech_truncated_total 1\n"));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

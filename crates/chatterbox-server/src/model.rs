@@ -16,7 +16,28 @@ pub type ModelError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The audio of one text: chunks of 24 kHz mono samples as they become final. Dropping it
 /// stops the generation.
-pub type ChunkIter<'a> = Box<dyn Iterator<Item = Result<Vec<f32>, ModelError>> + 'a>;
+pub type ChunkIter<'a> = Box<dyn Iterator<Item = Result<SpeechChunk, ModelError>> + 'a>;
+
+/// A piece of a text's audio, as a [`ChunkIter`] hands it out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpeechChunk {
+    /// 24 kHz mono samples that are final.
+    pub samples: Vec<f32>,
+    /// Whether the speech of a sentence that ends in this chunk was cut at `max_new_tokens`
+    /// (the model never drew its stop token: see `chatterbox_pipeline::Truncation`). The
+    /// server tells the client (`X-Chatterbox-Truncated`, or the SSE `done` event).
+    pub truncated: bool,
+}
+
+impl From<Vec<f32>> for SpeechChunk {
+    /// Samples of speech that was not cut.
+    fn from(samples: Vec<f32>) -> Self {
+        Self {
+            samples,
+            truncated: false,
+        }
+    }
+}
 
 /// A request for the built-in voice of a checkpoint that ships none (no `conds.pt`).
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +132,9 @@ pub enum BatchItem {
         samples: Vec<f32>,
         /// Whether the request is complete.
         last: bool,
+        /// Whether a sentence that ends in these samples was cut at `max_new_tokens` (as
+        /// `SpeechChunk::truncated`).
+        truncated: bool,
     },
     /// The request failed and has left the batch.
     Failed(ModelError),

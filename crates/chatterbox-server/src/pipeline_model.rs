@@ -1,7 +1,8 @@
 //! [`SpeechModel`] for the pipeline's models (English, multilingual, Turbo, Nano): the
 //! built-in voice is kept aside so a request's library voice never outlives the request.
 use crate::model::{
-    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel,
+    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechChunk,
+    SpeechModel,
 };
 use chatterbox_dsp::Audio;
 use chatterbox_pipeline::{
@@ -122,6 +123,7 @@ impl SpeechBatch for PipelineBatch<'_> {
         self.batch.step_with(|id, o| {
             let item = match o {
                 BatchOutput::Chunk(c) => BatchItem::Audio {
+                    truncated: !c.truncated.is_empty(),
                     samples: c.samples,
                     last: c.is_last,
                 },
@@ -235,7 +237,13 @@ impl SpeechModel for PipelineModel {
         }
         with_model!(&self.inner, m => {
             let s = m.stream(text, opts)?;
-            Ok(Box::new(s.map(|c| c.map(|c| c.samples).map_err(ModelError::from))))
+            Ok(Box::new(s.map(|c| {
+                c.map(|c| SpeechChunk {
+                    truncated: !c.truncated.is_empty(),
+                    samples: c.samples,
+                })
+                .map_err(ModelError::from)
+            })))
         })
     }
 

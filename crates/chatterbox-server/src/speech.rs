@@ -2,6 +2,13 @@
 //! every error before it is an ordinary HTTP error), then answers the whole file, the file's
 //! bytes as they are encoded (`stream_format=audio`), or SSE events (`stream_format=sse`).
 //! Dropping the response body (the client left) closes the job's channel: the worker stops.
+//!
+//! Speech cut at the token cap (a sentence reached `max_new_tokens` before the model drew its
+//! stop token) is told where the protocol allows: a whole file carries
+//! `X-Chatterbox-Truncated: true`, an SSE stream's `speech.audio.done` event
+//! `"truncated": true`; a chunked audio stream cannot say it (its headers went out with the
+//! first audio, and a body is only audio). `chatterbox_speech_truncated_total` counts them
+//! all.
 use crate::app::{App, RequestId};
 use crate::auth::BodyDeadline;
 use crate::config::MAX_INPUT_CHARS;
@@ -28,6 +35,10 @@ const GRACE: Duration = Duration::from_secs(2);
 /// request set), e.g. `cfg_weight, exaggeration` for Turbo.
 pub(crate) const IGNORED_OPTIONS: HeaderName =
     HeaderName::from_static("x-chatterbox-ignored-options");
+
+/// The response header of a whole file whose speech was cut at the token cap (`true`; absent
+/// otherwise).
+pub(crate) const TRUNCATED: HeaderName = HeaderName::from_static("x-chatterbox-truncated");
 
 /// The handler.
 pub(crate) async fn speech(
@@ -123,13 +134,12 @@ async fn handle(
         rx,
         deadline: tokio::time::Instant::from_std(deadline) + GRACE,
     };
-    let first = match events.next().await {
-        Event::Audio(s) => s,
-        Event::Done => Vec::new(),
+    let (first, done, truncated) = match events.next().await {
+        Event::Audio(s) => (s, false, false),
+        Event::Done { truncated } => (Vec::new(), true, truncated),
         Event::Error(e) => return Err(e),
     };
     app.metrics.first_audio(t0.elapsed());
-    let done = first.is_empty();
     let run = Run {
         app,
         id,
@@ -137,6 +147,7 @@ async fn handle(
         t0,
         samples: first.len(),
         chars,
+        truncated,
     };
     let mut r = match req.stream {
         StreamFormat::File => whole_file(run, req.format, first, done).await?,
@@ -161,12 +172,17 @@ struct Run {
     t0: Instant,
     samples: usize,
     chars: usize,
+    /// Whether the speech was cut at the token cap (known at `Done`).
+    truncated: bool,
 }
 
 impl Run {
     fn finished(&self) {
         let secs = self.samples as f64 / f64::from(SAMPLE_RATE);
         self.app.metrics.speech_done(self.t0.elapsed(), secs);
+        if self.truncated {
+            self.app.metrics.speech_truncated();
+        }
     }
 }
 
@@ -179,7 +195,10 @@ async fn whole_file(
     while !done {
         match run.events.next().await {
             Event::Audio(s) => samples.extend(s),
-            Event::Done => done = true,
+            Event::Done { truncated } => {
+                done = true;
+                run.truncated = truncated;
+            }
             Event::Error(e) => return Err(e),
         }
     }
@@ -189,15 +208,23 @@ async fn whole_file(
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(e.to_string()))?;
     run.finished();
-    Ok(([(header::CONTENT_TYPE, format.content_type())], bytes).into_response())
+    let mut r = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
+    if run.truncated {
+        r.headers_mut()
+            .insert(TRUNCATED, HeaderValue::from_static("true"));
+    }
+    Ok(r)
 }
 
 /// What the streamed body is made of, before framing.
 enum Piece {
     /// Encoded bytes (never empty).
     Audio(Vec<u8>),
-    /// The audio is complete.
-    End,
+    /// The audio is complete; whether it was cut at the token cap.
+    End {
+        /// See [`Run::truncated`].
+        truncated: bool,
+    },
     /// The generation failed after the response started.
     Failed(ApiError),
 }
@@ -244,7 +271,9 @@ impl Streaming {
             if self.finished {
                 self.over = true;
                 self.run.finished();
-                return Some(Piece::End);
+                return Some(Piece::End {
+                    truncated: self.run.truncated,
+                });
             }
             let samples = match self.first.take() {
                 Some(s) => s,
@@ -264,8 +293,9 @@ impl Streaming {
                         self.run.samples += s.len();
                         s
                     }
-                    Event::Done => {
+                    Event::Done { truncated } => {
                         self.done = true;
+                        self.run.truncated = truncated;
                         continue;
                     }
                     Event::Error(e) => return self.fail(e),
@@ -306,8 +336,8 @@ fn streamed(
         let item: Result<Bytes, std::io::Error> = match (piece, sse_mode) {
             (Piece::Audio(b), false) => Ok(Bytes::from(b)),
             (Piece::Audio(b), true) => Ok(Bytes::from(sse::delta(&b))),
-            (Piece::End, false) => return None,
-            (Piece::End, true) => Ok(Bytes::from(sse::done(chars))),
+            (Piece::End { .. }, false) => return None,
+            (Piece::End { truncated }, true) => Ok(Bytes::from(sse::done(chars, truncated))),
             // Aborts the chunked body: the client sees a truncated response, not a file
             // that looks complete.
             (Piece::Failed(e), false) => Err(std::io::Error::other(e.public_message().to_string())),

@@ -2,6 +2,10 @@
 //! events with base64 audio (pieces of one file in the `response_format`), then one
 //! `speech.audio.done` with usage (characters of input: Chatterbox has no billing tokens), or
 //! an `error` event when the generation fails after the stream began.
+//!
+//! `speech.audio.done` also carries Chatterbox's `"truncated"`: `true` when the speech of some
+//! sentence was cut at the token cap (`max_new_tokens`: the model never drew its stop token),
+//! else `false`. OpenAI's clients ignore the extra field.
 use crate::error::ApiError;
 use base64::Engine as _;
 
@@ -15,15 +19,16 @@ pub(crate) fn delta(audio: &[u8]) -> Vec<u8> {
     event(&serde_json::json!({"type": "speech.audio.delta", "audio": b64}))
 }
 
-/// The `speech.audio.done` event.
-pub(crate) fn done(input_chars: usize) -> Vec<u8> {
+/// The `speech.audio.done` event; `truncated`: the speech was cut at the token cap.
+pub(crate) fn done(input_chars: usize, truncated: bool) -> Vec<u8> {
     event(&serde_json::json!({
         "type": "speech.audio.done",
         "usage": {
             "input_tokens": input_chars,
             "output_tokens": 0,
             "total_tokens": input_chars,
-        }
+        },
+        "truncated": truncated,
     }))
 }
 
@@ -48,8 +53,10 @@ mod tests {
         let d = parse(delta(b"\x00\x01abc"));
         assert_eq!(d["type"], "speech.audio.delta");
         assert_eq!(d["audio"], "AAFhYmM=");
-        let v = parse(done(5));
+        let v = parse(done(5, false));
         assert_eq!(v["type"], "speech.audio.done");
         assert_eq!(v["usage"]["input_tokens"], 5);
+        assert_eq!(v["truncated"], false);
+        assert_eq!(parse(done(5, true))["truncated"], true);
     }
 }

@@ -202,7 +202,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
             return;
         }
     };
-    let (mut samples, mut chunks) = (0usize, 0usize);
+    let (mut samples, mut chunks, mut truncated) = (0usize, 0usize, false);
     loop {
         if job.tx.is_closed() {
             tracing::info!(request = id, chunks, "client left: generation stopped");
@@ -218,10 +218,11 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
             return;
         }
         match stream.next() {
-            Some(Ok(audio)) => {
-                samples += audio.len();
+            Some(Ok(chunk)) => {
+                samples += chunk.samples.len();
                 chunks += 1;
-                if !send(Event::Audio(audio)) {
+                truncated |= chunk.truncated;
+                if !send(Event::Audio(chunk.samples)) {
                     tracing::info!(request = id, chunks, "client left: generation stopped");
                     return;
                 }
@@ -244,9 +245,10 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
         chars = job.text.chars().count(),
         audio_secs,
         secs,
+        truncated,
         "generated"
     );
-    send(Event::Done);
+    send(Event::Done { truncated });
 }
 
 /// A request in a batch: its job (the admission slot is released when it is dropped), and
@@ -255,6 +257,8 @@ struct Running {
     job: Job,
     started: Instant,
     samples: usize,
+    /// Whether a sentence of its speech was cut at `max_new_tokens`.
+    truncated: bool,
 }
 
 impl Running {
@@ -395,13 +399,17 @@ fn serve_batch(
             let Some(r) = running.get_mut(&rid) else {
                 return;
             };
-            if let BatchItem::Audio { samples, .. } = &item {
+            if let BatchItem::Audio {
+                samples, truncated, ..
+            } = &item
+            {
                 r.samples += samples.len();
+                r.truncated |= *truncated;
             }
             let r = &*r;
             let Some(s) = r.speech() else { return };
             match item {
-                BatchItem::Audio { samples, last } => {
+                BatchItem::Audio { samples, last, .. } => {
                     let sent = samples.is_empty() || s.tx.send(Event::Audio(samples)).is_ok();
                     if last {
                         tracing::info!(
@@ -409,9 +417,12 @@ fn serve_batch(
                             model = %model.id(),
                             audio_secs = r.samples as f64 / f64::from(crate::model::SAMPLE_RATE),
                             secs = r.started.elapsed().as_secs_f64(),
+                            truncated = r.truncated,
                             "generated"
                         );
-                        let _ = s.tx.send(Event::Done);
+                        let _ = s.tx.send(Event::Done {
+                            truncated: r.truncated,
+                        });
                         ended.push((rid, false));
                     } else if !sent {
                         ended.push((rid, true));
@@ -482,6 +493,7 @@ fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, mut job: Job) -> 
                 job,
                 started: Instant::now(),
                 samples: 0,
+                truncated: false,
             },
         ),
         Err(e) => {

@@ -86,7 +86,7 @@ impl SpeechModel for Leaky {
         let mut first = true;
         Ok(Box::new(std::iter::from_fn(move || {
             if std::mem::take(&mut first) {
-                Some(Ok(vec![0.1; 2400]))
+                Some(Ok(vec![0.1; 2400].into()))
             } else {
                 Some(Err(detail.clone().into()))
             }

@@ -91,7 +91,8 @@ impl SpeechModel for Fake {
             this.pulled.fetch_add(1, Ordering::SeqCst);
             Ok((0..this.chunk_len)
                 .map(|j| ((i * this.chunk_len + j) as f32 * 0.03).sin() * 0.4)
-                .collect())
+                .collect::<Vec<f32>>()
+                .into())
         })))
     }
 }

@@ -204,7 +204,7 @@ impl SpeechModel for StoreFake {
             if i + 1 == n {
                 self.push(format!("done:{text}"));
             }
-            Ok(chunk(i))
+            Ok(chunk(i).into())
         })))
     }
 
@@ -266,7 +266,14 @@ impl SpeechBatch for FakeBatch<'_> {
                 self.model.push(format!("done:{text}"));
                 done.push(*id);
             }
-            emit(*id, BatchItem::Audio { samples, last });
+            emit(
+                *id,
+                BatchItem::Audio {
+                    samples,
+                    last,
+                    truncated: false,
+                },
+            );
         }
         for id in done {
             self.reqs.remove(&id);
