@@ -143,24 +143,16 @@ impl SpeechBatch for PipelineBatch<'_> {
     }
 
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
-        // The batch borrows the model, and the pipeline analyses a clip only into a model's
-        // own voice (`prepare_conditionals_from_audio(&mut self)`): the analysis runs on a
-        // clone, whose tensors share the model's weights.
-        // TODO(pipeline): analyse through a `&self` method (`conditionals_from_audio`) once
-        // the pipeline has one, instead of cloning the model.
-        let r = with_model!(self.model, m => {
-            let mut m = m.clone();
-            m.prepare_conditionals_from_audio(audio, EXAGGERATION)
-                .map_err(ModelError::from)
-                .and_then(|()| {
-                    m.conditionals()
-                        .ok_or_else(|| ModelError::from(chatterbox_pipeline::PipelineError::NoConditionals))?
-                        .save(path)
-                        .map_err(ModelError::from)
-                })
-        });
-        Some(r)
+        // the analysis reads the model the batch borrows and leaves its voice alone
+        Some(analyse(self.model, audio, path))
     }
+}
+
+/// Analyses `audio` with `model` and saves the voice to `path`; the model's own voice is left
+/// as it was.
+fn analyse(model: &Inner, audio: &Audio, path: &Path) -> Result<(), ModelError> {
+    let conds = with_model!(model, m => m.conditionals_from_audio(audio, EXAGGERATION))?;
+    Ok(conds.save(path)?)
 }
 
 impl From<ChatterboxTts> for PipelineModel {
@@ -210,21 +202,7 @@ impl SpeechModel for PipelineModel {
     }
 
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Result<(), ModelError> {
-        with_model!(&mut self.inner, m => {
-            let previous = m.conditionals().cloned();
-            let result = m.prepare_conditionals_from_audio(audio, EXAGGERATION);
-            let saved = match (&result, m.conditionals()) {
-                (Ok(()), Some(c)) => c.save(path).map_err(ModelError::from),
-                (Err(_), _) | (Ok(()), None) => Ok(()),
-            };
-            let restored = previous.is_some();
-            if let Some(c) = previous {
-                m.set_conditionals(c);
-            }
-            self.voice_set &= restored;
-            result?;
-            saved
-        })
+        analyse(&self.inner, audio, path)
     }
 
     fn stream<'a>(
