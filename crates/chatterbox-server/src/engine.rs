@@ -1,6 +1,12 @@
 //! The engine: one worker thread per device, each owning its models, and in front of them a
 //! queue per model with a bounded admission count. A request beyond
 //! `workers holding the model + queue_capacity` is refused at once (429) instead of waiting.
+//!
+//! Each worker has a health ([`WorkerHealth`]): it serves until a fault stops it. A CUDA
+//! error that leaves the device's context unusable ([`sticky_cuda_error`]: every later call
+//! would fail the same way, and only a new process recovers) stops the worker for good: its
+//! models are no longer admitted from it, requests for a model that no healthy worker holds
+//! get 503, and `/ready` answers 503 naming the device.
 use crate::error::{ApiError, ServerError};
 use crate::job::{Job, Slot, Work};
 use crate::model::{ModelError, ModelId, SpeechModel};
@@ -8,7 +14,7 @@ use crate::worker;
 use chatterbox_pipeline::DeviceMemory;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
@@ -72,6 +78,112 @@ pub(crate) struct ModelQueue {
     admitted: Arc<AtomicUsize>,
 }
 
+/// CUDA errors after which the device's context is unusable: every later call fails the same
+/// way, and only a new process recovers ("sticky" errors, as the CUDA documentation describes
+/// them). Each by its driver API name (`CUDA_ERROR_*`, as cudarc and candle print it) and its
+/// runtime API name.
+const STICKY_CUDA_ERRORS: [(&str, &str); 10] = [
+    ("CUDA_ERROR_ILLEGAL_ADDRESS", "cudaErrorIllegalAddress"),
+    ("CUDA_ERROR_LAUNCH_FAILED", "cudaErrorLaunchFailure"),
+    (
+        "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "cudaErrorIllegalInstruction",
+    ),
+    (
+        "CUDA_ERROR_MISALIGNED_ADDRESS",
+        "cudaErrorMisalignedAddress",
+    ),
+    (
+        "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        "cudaErrorHardwareStackError",
+    ),
+    ("CUDA_ERROR_ECC_UNCORRECTABLE", "cudaErrorECCUncorrectable"),
+    (
+        "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        "cudaErrorInvalidAddressSpace",
+    ),
+    ("CUDA_ERROR_INVALID_PC", "cudaErrorInvalidPc"),
+    ("CUDA_ERROR_LAUNCH_TIMEOUT", "cudaErrorLaunchTimeout"),
+    ("CUDA_ERROR_ASSERT", "cudaErrorAssert"),
+];
+
+/// The sticky CUDA error named in `text` (its driver API name), if any.
+pub(crate) fn sticky_cuda_error_in(text: &str) -> Option<&'static str> {
+    STICKY_CUDA_ERRORS
+        .iter()
+        .find(|(driver, runtime)| text.contains(driver) || text.contains(runtime))
+        .map(|(driver, _)| *driver)
+}
+
+/// The sticky CUDA error behind `e` (anywhere in its chain of sources), if any: after it the
+/// worker's device is unusable. Recognised by the error's text, which is all that crosses
+/// the model's boxed errors.
+pub(crate) fn sticky_cuda_error(e: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    if let Some(code) = sticky_cuda_error_in(&format!("{e:?}")) {
+        return Some(code);
+    }
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(code) = sticky_cuda_error_in(&e.to_string()) {
+            return Some(code);
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// Why a worker stopped serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Its models failed to load (its device never served).
+    Load,
+    /// Its device failed with this sticky CUDA error ([`sticky_cuda_error`]).
+    Device(&'static str),
+}
+
+impl Fault {
+    /// The `error` label of `chatterbox_worker_fault_info`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Load => "load_failed",
+            Self::Device(code) => code,
+        }
+    }
+}
+
+/// A device worker's health, as `/ready` and `/metrics` report it.
+#[derive(Debug)]
+pub(crate) struct WorkerHealth {
+    /// The device's label.
+    pub(crate) label: String,
+    fault: Mutex<Option<Fault>>,
+}
+
+impl WorkerHealth {
+    fn new(label: String) -> Self {
+        Self {
+            label,
+            fault: Mutex::new(None),
+        }
+    }
+
+    /// Why the worker stopped serving (`None` while it serves or loads).
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        *self.fault.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the worker's fault; the first one stays. Returns whether this one was the
+    /// first.
+    pub(crate) fn set_fault(&self, fault: Fault) -> bool {
+        let mut f = self.fault.lock().unwrap_or_else(PoisonError::into_inner);
+        if f.is_some() {
+            return false;
+        }
+        *f = Some(fault);
+        true
+    }
+}
+
 /// State the workers and the handlers share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -86,6 +198,10 @@ pub(crate) struct Shared {
     pub(crate) running: AtomicUsize,
     /// Set at shutdown: workers leave once their queues are empty.
     pub(crate) stopping: AtomicBool,
+    /// Each worker's health, by worker index.
+    pub(crate) health: Vec<WorkerHealth>,
+    /// Jobs (and loaders) that panicked on a worker.
+    pub(crate) panics: AtomicU64,
 }
 
 /// The device workers and their queues.
@@ -134,6 +250,11 @@ impl Engine {
             failed: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
+            health: devices
+                .iter()
+                .map(|d| WorkerHealth::new(d.label.clone()))
+                .collect(),
+            panics: AtomicU64::new(0),
         });
         let workers = devices.len();
         let probes = devices
@@ -146,7 +267,7 @@ impl Engine {
             let label = d.label.clone();
             let t = std::thread::Builder::new()
                 .name(format!("tts-worker-{i}"))
-                .spawn(move || worker::run(&label, d.loader, &shared))
+                .spawn(move || worker::run(i, &label, d.loader, &shared))
                 .map_err(ServerError::Thread)?;
             threads.push(t);
         }
@@ -188,6 +309,32 @@ impl Engine {
         self.shared.running.load(Ordering::Acquire)
     }
 
+    /// Each worker's device label and, when it has stopped serving, why.
+    pub(crate) fn worker_health(&self) -> Vec<(String, Option<Fault>)> {
+        self.shared
+            .health
+            .iter()
+            .map(|h| (h.label.clone(), h.fault()))
+            .collect()
+    }
+
+    /// The devices that failed with a sticky CUDA error, and the error.
+    pub(crate) fn device_faults(&self) -> Vec<(String, &'static str)> {
+        self.shared
+            .health
+            .iter()
+            .filter_map(|h| match h.fault()? {
+                Fault::Device(code) => Some((h.label.clone(), code)),
+                Fault::Load => None,
+            })
+            .collect()
+    }
+
+    /// Jobs (and model loaders) that panicked on a worker so far.
+    pub(crate) fn panics(&self) -> u64 {
+        self.shared.panics.load(Ordering::Acquire)
+    }
+
     /// The memory of each device that reports it, by label.
     pub fn device_memory(&self) -> Vec<(String, DeviceMemory)> {
         self.probes
@@ -197,7 +344,8 @@ impl Engine {
     }
 
     /// Queues `work` for a worker holding `model`: 429 when the model's admission count is
-    /// full, 404 when no worker holds it, 503 while loading.
+    /// full, 404 when no worker holds it, 503 while loading or when every worker that held it
+    /// has failed.
     pub(crate) fn submit(
         &self,
         model: ModelId,
@@ -211,6 +359,8 @@ impl Engine {
         if workers == 0 {
             return Err(if self.is_loading() {
                 ApiError::unavailable("the models are still loading")
+            } else if self.models().contains(&model) {
+                ApiError::unavailable(device_failed(model))
             } else {
                 ApiError::not_found(
                     Some("model"),
@@ -236,5 +386,62 @@ impl Engine {
                 tracing::error!("a worker thread panicked");
             }
         }
+    }
+}
+
+/// What a request for `model` is told once the devices serving it have failed.
+pub(crate) fn device_failed(model: ModelId) -> String {
+    format!("the device serving model {model} has failed; the server must be restarted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("T3 step failed")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error(
+        "DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access was encountered\")"
+    )]
+    struct Inner;
+
+    #[test]
+    fn sticky_cuda_errors_are_recognised_by_name_anywhere_in_the_chain() {
+        assert_eq!(
+            sticky_cuda_error(&Outer(Inner)),
+            Some("CUDA_ERROR_ILLEGAL_ADDRESS")
+        );
+        assert_eq!(
+            sticky_cuda_error_in("cuda error: cudaErrorLaunchFailure: unspecified launch failure"),
+            Some("CUDA_ERROR_LAUNCH_FAILED")
+        );
+        for (driver, runtime) in STICKY_CUDA_ERRORS {
+            assert_eq!(sticky_cuda_error_in(&format!("x {driver} y")), Some(driver));
+            assert_eq!(sticky_cuda_error_in(runtime), Some(driver));
+        }
+        // errors that leave the context usable are not faults
+        for text in [
+            "CUDA_ERROR_OUT_OF_MEMORY",
+            "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+            "CUDA_ERROR_INVALID_VALUE",
+            "shape mismatch",
+        ] {
+            assert_eq!(sticky_cuda_error_in(text), None, "{text}");
+        }
+        let io = std::io::Error::other("disk full");
+        assert_eq!(sticky_cuda_error(&io), None);
+    }
+
+    #[test]
+    fn the_first_fault_stays() {
+        let h = WorkerHealth::new("cuda:0".into());
+        assert_eq!(h.fault(), None);
+        assert!(h.set_fault(Fault::Device("CUDA_ERROR_ASSERT")));
+        assert!(!h.set_fault(Fault::Load));
+        assert_eq!(h.fault(), Some(Fault::Device("CUDA_ERROR_ASSERT")));
+        assert_eq!(Fault::Load.name(), "load_failed");
     }
 }

@@ -1,5 +1,6 @@
 //! The small read-only endpoints: `GET /health` (the process answers), `GET /ready` (every
-//! device has loaded its models, not draining), `GET /v1/models` and `GET /metrics`.
+//! device has loaded its models, none has failed, not draining), `GET /v1/models` and
+//! `GET /metrics`.
 use crate::app::App;
 use crate::config::OPENAI_MODELS;
 use crate::error::ApiError;
@@ -15,10 +16,23 @@ pub(crate) async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok"}))
 }
 
-/// `GET /ready`: 200 once loaded, 503 while loading or draining.
+/// `GET /ready`: 200 once loaded, 503 while loading or draining, or once a device has failed
+/// (a sticky CUDA error: only a restart recovers).
 pub(crate) async fn ready(State(app): State<Arc<App>>) -> Response {
     if app.is_draining() {
         return ApiError::unavailable("the server is shutting down").into_response();
+    }
+    let faults = app.engine.device_faults();
+    if !faults.is_empty() {
+        let list: Vec<String> = faults
+            .iter()
+            .map(|(device, code)| format!("{device} ({code})"))
+            .collect();
+        return ApiError::unavailable(format!(
+            "device failed: {}; the server must be restarted",
+            list.join(", ")
+        ))
+        .into_response();
     }
     if !app.engine.is_ready() {
         return ApiError::unavailable("the models are still loading (or failed to load)")
@@ -60,6 +74,13 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
         running: app.engine.running(),
         resident_bytes: chatterbox_pipeline::resident_memory_bytes(),
         devices: app.engine.device_memory(),
+        workers: app
+            .engine
+            .worker_health()
+            .into_iter()
+            .map(|(label, fault)| (label, fault.map(|f| f.name())))
+            .collect(),
+        panics: app.engine.panics(),
     };
     let text = app.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

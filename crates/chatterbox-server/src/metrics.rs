@@ -1,7 +1,7 @@
 //! Prometheus metrics in the text exposition format: requests by status, speech latency and
 //! time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
-//! factor), speech cut at the token cap, queue depth, jobs running, the process's resident
-//! memory and each GPU's memory.
+//! factor), speech cut at the token cap, queue depth, jobs running, each worker's health and
+//! the jobs that panicked, the process's resident memory and each GPU's memory.
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Mutex, PoisonError};
@@ -63,6 +63,11 @@ pub(crate) struct Gauges {
     pub resident_bytes: Option<u64>,
     /// Used and total memory of the devices that report it, by label.
     pub devices: Vec<(String, chatterbox_pipeline::DeviceMemory)>,
+    /// Each worker's device label and, when it has stopped serving, why (the
+    /// `chatterbox_worker_fault_info` error: a sticky CUDA error's name, or `load_failed`).
+    pub workers: Vec<(String, Option<&'static str>)>,
+    /// Jobs (and model loaders) that panicked on a worker.
+    pub panics: u64,
 }
 
 /// The server's metrics.
@@ -165,6 +170,44 @@ impl Metrics {
              # TYPE chatterbox_jobs_running gauge\nchatterbox_jobs_running {}",
             g.queue_depth, g.running
         );
+        let _ = writeln!(
+            out,
+            "# HELP chatterbox_worker_healthy Whether a device worker serves its models (0: its \
+             device failed, or its models did not load; chatterbox_worker_fault_info says why).\n\
+             # TYPE chatterbox_worker_healthy gauge"
+        );
+        for (i, (label, fault)) in g.workers.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "chatterbox_worker_healthy{{worker=\"{i}\",device=\"{}\"}} {}",
+                escape(label),
+                u8::from(fault.is_none())
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP chatterbox_worker_fault_info Why a worker stopped serving: the CUDA error that \
+             left its device unusable (restart the server), or load_failed.\n\
+             # TYPE chatterbox_worker_fault_info gauge"
+        );
+        for (i, (label, fault)) in g.workers.iter().enumerate() {
+            if let Some(error) = fault {
+                let _ = writeln!(
+                    out,
+                    "chatterbox_worker_fault_info{{worker=\"{i}\",device=\"{}\",error=\"{}\"}} 1",
+                    escape(label),
+                    escape(error)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP chatterbox_worker_panics_total Jobs that panicked on a worker (each answered \
+             with an error; the worker goes on).\n\
+             # TYPE chatterbox_worker_panics_total counter\n\
+             chatterbox_worker_panics_total {}",
+            g.panics
+        );
         if let Some(rss) = g.resident_bytes {
             let _ = writeln!(
                 out,
@@ -227,6 +270,11 @@ mod tests {
                     total_bytes: 80,
                 },
             )],
+            workers: vec![
+                ("cuda:0".into(), Some("CUDA_ERROR_ILLEGAL_ADDRESS")),
+                ("cuda:1".into(), None),
+            ],
+            panics: 2,
         });
         assert!(t.contains("chatterbox_requests_total{status=\"200\"} 2"));
         assert!(t.contains("chatterbox_requests_total{status=\"429\"} 1"));
@@ -240,6 +288,14 @@ mod tests {
         assert!(t.contains("chatterbox_device_memory_used_bytes{device=\"cuda:0\"} 5\n"));
         assert!(t.contains("chatterbox_device_memory_total_bytes{device=\"cuda:0\"} 80\n"));
         assert!(t.contains("\nchatterbox_speech_truncated_total 1\n"));
+        assert!(t.contains("\nchatterbox_worker_healthy{worker=\"0\",device=\"cuda:0\"} 0\n"));
+        assert!(t.contains("\nchatterbox_worker_healthy{worker=\"1\",device=\"cuda:1\"} 1\n"));
+        assert!(t.contains(
+            "\nchatterbox_worker_fault_info{worker=\"0\",device=\"cuda:0\",\
+             error=\"CUDA_ERROR_ILLEGAL_ADDRESS\"} 1\n"
+        ));
+        assert_eq!(t.matches("chatterbox_worker_fault_info{").count(), 1);
+        assert!(t.contains("\nchatterbox_worker_panics_total 2\n"));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -13,7 +13,16 @@
 //! A library voice that a model has no conditionals for yet (uploaded while the model was not
 //! loaded) gets them derived from the voice's clip when a request first uses it, here on the
 //! worker, and stored for the next time (see [`crate::voices::derive`]).
-use crate::engine::{Loader, Shared};
+//!
+//! Every model error (and every panic's message) is looked at for a sticky CUDA error
+//! ([`crate::engine::sticky_cuda_error`]): after one the device is unusable, so the worker
+//! records the fault, answers the requests it holds with 503 and stops serving its models; it
+//! then answers 503 to what is queued for a model no healthy worker holds, until shutdown. A
+//! job that panics is counted and answered (its channel closes), the gauges are kept right
+//! (a request counts as running only while a guard for it lives), and the worker goes on.
+use crate::engine::{
+    device_failed, sticky_cuda_error, sticky_cuda_error_in, Fault, Loader, Shared,
+};
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
 use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel};
@@ -24,21 +33,111 @@ use crossbeam_channel::{Receiver, Select};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 /// How often an idle worker looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
-/// The worker thread's body.
-pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
+/// A job counted in the `running` gauge while this lives (a panic unwinding through the job
+/// drops it too).
+struct RunningGuard<'a>(&'a AtomicUsize);
+
+impl<'a> RunningGuard<'a> {
+    fn new(running: &'a AtomicUsize) -> Self {
+        running.fetch_add(1, Ordering::AcqRel);
+        Self(running)
+    }
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A worker's own health: notes the sticky CUDA errors its models report.
+struct Health<'a> {
+    shared: &'a Shared,
+    index: usize,
+    label: &'a str,
+}
+
+impl Health<'_> {
+    /// Records `fault` (the first one stays).
+    fn set(&self, fault: Fault, detail: &str) {
+        let Some(h) = self.shared.health.get(self.index) else {
+            return;
+        };
+        if h.set_fault(fault) {
+            tracing::error!(
+                device = self.label,
+                error = fault.name(),
+                detail,
+                "the device failed and cannot recover: its worker stops serving; restart the server"
+            );
+        }
+    }
+
+    /// Notes a model error: a sticky CUDA error faults the worker.
+    fn check(&self, e: &(dyn std::error::Error + 'static)) {
+        if let Some(code) = sticky_cuda_error(e) {
+            self.set(Fault::Device(code), &e.to_string());
+        }
+    }
+
+    /// Notes a panic: counted, and a sticky CUDA error in its message faults the worker.
+    fn panicked(&self, payload: &(dyn std::any::Any + Send)) {
+        self.shared.panics.fetch_add(1, Ordering::AcqRel);
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        if let Some(code) = sticky_cuda_error_in(&msg) {
+            self.set(Fault::Device(code), &msg);
+        }
+    }
+
+    /// Records that the worker's models did not load.
+    fn set_load_failed(&self) {
+        if let Some(h) = self.shared.health.get(self.index) {
+            h.set_fault(Fault::Load);
+        }
+    }
+
+    /// Whether the worker has stopped serving (its device failed).
+    fn failed(&self) -> bool {
+        self.shared
+            .health
+            .get(self.index)
+            .is_some_and(|h| h.fault().is_some())
+    }
+
+    /// The API error of a model error (see [`classify`]), noting a sticky CUDA error.
+    fn classify(&self, e: &ModelError, param: Option<&str>) -> ApiError {
+        self.check(e.as_ref());
+        classify(e, param)
+    }
+}
+
+/// The worker thread's body (`index`: the worker's, in the engine's order of devices).
+pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
     let t0 = Instant::now();
+    let health = Health {
+        shared,
+        index,
+        label,
+    };
     let loaded = std::panic::catch_unwind(AssertUnwindSafe(loader));
     let models = match loaded {
         Ok(Ok(models)) => models,
-        Ok(Err(e)) => return failed(label, shared, &e.to_string()),
-        Err(_) => return failed(label, shared, "the loader panicked"),
+        Ok(Err(e)) => return load_failed(&health, &e.to_string()),
+        Err(_) => {
+            shared.panics.fetch_add(1, Ordering::AcqRel);
+            return load_failed(&health, "the loader panicked");
+        }
     };
     let mut by_id: BTreeMap<ModelId, Box<dyn SpeechModel>> = BTreeMap::new();
     for m in models {
@@ -64,7 +163,7 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
     tracing::info!(device = label, models = ?names, secs = t0.elapsed().as_secs_f32(), "worker ready");
 
     let ids: Vec<ModelId> = by_id.keys().copied().collect();
-    loop {
+    while !health.failed() {
         let mut sel = Select::new();
         let mut rxs = Vec::with_capacity(ids.len());
         for id in &ids {
@@ -96,14 +195,19 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
             .map(|(_, rx)| (*rx).clone());
         let mut next = Some(job);
         while let Some(mut job) = next.take() {
+            if health.failed() {
+                refuse(job, id);
+                continue;
+            }
             let batched = matches!(job.work, Work::Speech(_)) && model.concurrency() > 1;
             let done = std::panic::catch_unwind(AssertUnwindSafe(|| match (batched, &rx) {
                 (true, Some(rx)) => {
                     // a voice to derive is derived now, while no batch holds the model
                     if let Work::Speech(s) = &mut job.work {
                         let m = &mut **model;
-                        match prepare_voice(s.voice.as_deref(), id, &mut |a, p| m.save_voice(a, p))
-                        {
+                        match prepare_voice(s.voice.as_deref(), id, &health, &mut |a, p| {
+                            m.save_voice(a, p)
+                        }) {
                             Prepared::Ready(v) => s.voice = v,
                             Prepared::Failed(e) => {
                                 let _ = s.tx.send(Event::Error(e));
@@ -117,48 +221,99 @@ pub(crate) fn run(label: &str, loader: Loader, shared: &Shared) {
                             }
                         }
                     }
-                    serve_batch(model.as_ref(), job, rx, shared)
+                    serve_batch(model.as_ref(), job, rx, &health)
                 }
                 _ => {
-                    shared.running.fetch_add(1, Ordering::AcqRel);
-                    work(model.as_mut(), job);
-                    shared.running.fetch_sub(1, Ordering::AcqRel);
+                    let _running = RunningGuard::new(&shared.running);
+                    work(model.as_mut(), job, &health);
                     None
                 }
             }));
             match done {
                 Ok(deferred) => next = deferred,
-                Err(_) => {
+                Err(payload) => {
+                    health.panicked(payload.as_ref());
                     tracing::error!(device = label, model = %id, "a job panicked; the worker goes on");
                 }
             }
         }
     }
+    if health.failed() {
+        retire(&by_id, &health);
+    }
     tracing::info!(device = label, "worker stopped");
 }
 
-fn failed(label: &str, shared: &Shared, why: &str) {
-    tracing::error!(device = label, error = why, "loading the models failed");
-    shared.failed.fetch_add(1, Ordering::AcqRel);
-    shared.started.fetch_add(1, Ordering::AcqRel);
+fn load_failed(health: &Health<'_>, why: &str) {
+    tracing::error!(
+        device = health.label,
+        error = why,
+        "loading the models failed"
+    );
+    health.set_load_failed();
+    health.shared.failed.fetch_add(1, Ordering::AcqRel);
+    health.shared.started.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Does one job (its slot is released when `job` is dropped at the end).
-fn work(model: &mut dyn SpeechModel, job: Job) {
+/// Answers a job that a failed device cannot do: 503 (its slot is released with it).
+fn refuse(job: Job, model: ModelId) {
+    let e = || ApiError::unavailable(device_failed(model));
     match job.work {
-        Work::Speech(s) => speak(model, s),
-        Work::Voice(v) => analyse(model, v),
+        Work::Speech(s) => {
+            let _ = s.tx.send(Event::Error(e()));
+        }
+        Work::Voice(v) => {
+            let _ = v.reply.send(Err(e()));
+        }
     }
 }
 
-fn analyse(model: &mut dyn SpeechModel, job: VoiceJob) {
+/// After its device failed: the worker's models are no longer admitted from it, and what is
+/// queued for a model that no healthy worker holds is answered 503, until shutdown.
+fn retire(models: &BTreeMap<ModelId, Box<dyn SpeechModel>>, health: &Health<'_>) {
+    let shared = health.shared;
+    for (id, m) in models {
+        if let Some(q) = shared.queues.get(id) {
+            q.workers
+                .fetch_sub(m.concurrency().max(1), Ordering::AcqRel);
+        }
+    }
+    loop {
+        let orphans: Vec<(ModelId, &Receiver<Job>)> = models
+            .keys()
+            .filter_map(|id| {
+                let q = shared.queues.get(id)?;
+                (q.workers.load(Ordering::Acquire) == 0).then_some((*id, &q.rx))
+            })
+            .collect();
+        for (id, rx) in &orphans {
+            while let Ok(job) = rx.try_recv() {
+                refuse(job, *id);
+            }
+        }
+        if shared.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        std::thread::sleep(IDLE_POLL);
+    }
+}
+
+/// Does one job (its slot is released when `job` is dropped at the end).
+fn work(model: &mut dyn SpeechModel, job: Job, health: &Health<'_>) {
+    match job.work {
+        Work::Speech(s) => speak(model, s, health),
+        Work::Voice(v) => analyse(model, v, health),
+    }
+}
+
+fn analyse(model: &mut dyn SpeechModel, job: VoiceJob, health: &Health<'_>) {
     let r = model
         .save_voice(&job.audio, &job.path)
-        .map_err(|e| classify(&e, Some("file")));
+        .map_err(|e| health.classify(&e, Some("file")));
     let _ = job.reply.send(r);
 }
 
-fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
+fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
     let t0 = Instant::now();
     let id = job.id;
     let send = |e: Event| job.tx.send(e).is_ok();
@@ -171,7 +326,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
         return;
     }
     let id_model = model.id();
-    let voice = match prepare_voice(job.voice.as_deref(), id_model, &mut |a, p| {
+    let voice = match prepare_voice(job.voice.as_deref(), id_model, health, &mut |a, p| {
         model.save_voice(a, p)
     }) {
         Prepared::Ready(v) => v,
@@ -187,7 +342,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
         }
     };
     if let Err(e) = model.use_voice(voice.as_deref()) {
-        send(Event::Error(classify(&e, Some("voice"))));
+        send(Event::Error(health.classify(&e, Some("voice"))));
         return;
     }
     let mut opts = model.default_options();
@@ -198,7 +353,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
     let mut stream = match model.stream(&job.text, &opts) {
         Ok(s) => s,
         Err(e) => {
-            send(Event::Error(classify(&e, None)));
+            send(Event::Error(health.classify(&e, None)));
             return;
         }
     };
@@ -228,7 +383,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
                 }
             }
             Some(Err(e)) => {
-                let e = classify(&e, None);
+                let e = health.classify(&e, None);
                 tracing::warn!(request = id, error = %e, "generation failed");
                 send(Event::Error(e));
                 return;
@@ -251,17 +406,18 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob) {
     send(Event::Done { truncated });
 }
 
-/// A request in a batch: its job (the admission slot is released when it is dropped), and
-/// what it has had so far.
-struct Running {
+/// A request in a batch: its job (the admission slot is released when it is dropped), what
+/// it has had so far, and its place in the `running` gauge.
+struct Running<'a> {
     job: Job,
     started: Instant,
     samples: usize,
     /// Whether a sentence of its speech was cut at `max_new_tokens`.
     truncated: bool,
+    _running: RunningGuard<'a>,
 }
 
-impl Running {
+impl Running<'_> {
     fn speech(&self) -> Option<&SpeechJob> {
         match &self.job.work {
             Work::Speech(s) => Some(s),
@@ -277,11 +433,13 @@ fn serve_batch(
     model: &dyn SpeechModel,
     first: Job,
     rx: &Receiver<Job>,
-    shared: &Shared,
+    health: &Health<'_>,
 ) -> Option<Job> {
+    let shared = health.shared;
     let mut batch = match model.batch() {
         Some(Ok(b)) => b,
         Some(Err(e)) => {
+            health.check(e.as_ref());
             tracing::error!(error = %e, "could not open a batch");
             if let Work::Speech(s) = &first.work {
                 let _ = s.tx.send(Event::Error(ApiError::internal(format!(
@@ -292,7 +450,7 @@ fn serve_batch(
         }
         None => return Some(first),
     };
-    let mut running: BTreeMap<u64, Running> = BTreeMap::new();
+    let mut running: BTreeMap<u64, Running<'_>> = BTreeMap::new();
     // A job the batch cannot take now (it waits for the batch to drain; no job is admitted
     // meanwhile), and a speech job taken while the batch was full (the next to join).
     let mut deferred: Option<Job> = None;
@@ -313,9 +471,10 @@ fn serve_batch(
                     work: Work::Voice(v),
                     _slot,
                 } => {
-                    shared.running.fetch_add(1, Ordering::AcqRel);
-                    let r = batch_analyse(batch.as_mut(), &v.audio, &v.path);
-                    shared.running.fetch_sub(1, Ordering::AcqRel);
+                    let r = {
+                        let _running = RunningGuard::new(&shared.running);
+                        batch_analyse(batch.as_mut(), &v.audio, &v.path, health)
+                    };
                     match r {
                         Err(e) if e.is::<AnalysisDeferred>() => {
                             deferred = Some(Job {
@@ -324,7 +483,9 @@ fn serve_batch(
                             });
                         }
                         r => {
-                            let _ = v.reply.send(r.map_err(|e| classify(&e, Some("file"))));
+                            let _ = v
+                                .reply
+                                .send(r.map_err(|e| health.classify(&e, Some("file"))));
                         }
                     }
                     continue;
@@ -335,10 +496,18 @@ fn serve_batch(
                 pending = Some(job);
                 break;
             }
-            match admit(batch.as_mut(), model, job) {
-                Admission::Admitted(rid, r) => {
-                    shared.running.fetch_add(1, Ordering::AcqRel);
-                    running.insert(rid, r);
+            match admit(batch.as_mut(), model, job, health) {
+                Admission::Admitted(rid, job) => {
+                    running.insert(
+                        rid,
+                        Running {
+                            job,
+                            started: Instant::now(),
+                            samples: 0,
+                            truncated: false,
+                            _running: RunningGuard::new(&shared.running),
+                        },
+                    );
                 }
                 Admission::Deferred(job) => deferred = Some(job),
                 Admission::Answered => {}
@@ -387,7 +556,6 @@ fn serve_batch(
         for rid in gone {
             batch.cancel(rid);
             running.remove(&rid);
-            shared.running.fetch_sub(1, Ordering::AcqRel);
         }
         if running.is_empty() {
             continue;
@@ -429,7 +597,7 @@ fn serve_batch(
                     }
                 }
                 BatchItem::Failed(e) => {
-                    let e = classify(&e, None);
+                    let e = health.classify(&e, None);
                     tracing::warn!(request = s.id, error = %e, "generation failed");
                     let _ = s.tx.send(Event::Error(e));
                     ended.push((rid, false));
@@ -440,9 +608,20 @@ fn serve_batch(
             if cancel {
                 batch.cancel(rid);
             }
-            if running.remove(&rid).is_some() {
-                shared.running.fetch_sub(1, Ordering::AcqRel);
+            running.remove(&rid);
+        }
+        if health.failed() {
+            // the device is gone: nothing in the batch can finish, nothing may join it
+            let e = || ApiError::unavailable(device_failed(model.id()));
+            for r in running.values() {
+                if let Some(s) = r.speech() {
+                    let _ = s.tx.send(Event::Error(e()));
+                }
             }
+            for job in [deferred, pending].into_iter().flatten() {
+                refuse(job, model.id());
+            }
+            return None;
         }
     }
 }
@@ -450,7 +629,7 @@ fn serve_batch(
 /// What became of a speech job offered to a batch.
 enum Admission {
     /// It joined the batch under this id.
-    Admitted(u64, Running),
+    Admitted(u64, Job),
     /// Its voice must be analysed and the batch cannot now: it waits for the batch to drain.
     Deferred(Job),
     /// It was answered (its error sent, or its client had gone).
@@ -459,7 +638,12 @@ enum Admission {
 
 /// Adds a speech job to the batch (deriving its voice's conditionals first if the model has
 /// none yet), or answers it with its error.
-fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, mut job: Job) -> Admission {
+fn admit(
+    batch: &mut dyn SpeechBatch,
+    model: &dyn SpeechModel,
+    mut job: Job,
+    health: &Health<'_>,
+) -> Admission {
     let Work::Speech(s) = &mut job.work else {
         return Admission::Answered;
     };
@@ -471,8 +655,8 @@ fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, mut job: Job) -> 
         let _ = s.tx.send(Event::Error(ApiError::timeout()));
         return Admission::Answered;
     }
-    match prepare_voice(s.voice.as_deref(), model.id(), &mut |a, p| {
-        batch_analyse(batch, a, p)
+    match prepare_voice(s.voice.as_deref(), model.id(), health, &mut |a, p| {
+        batch_analyse(batch, a, p, health)
     }) {
         Prepared::Ready(v) => s.voice = v,
         Prepared::Failed(e) => {
@@ -487,22 +671,14 @@ fn admit(batch: &mut dyn SpeechBatch, model: &dyn SpeechModel, mut job: Job) -> 
         opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
     }
     match batch.add(s.voice.as_deref(), &s.text, &opts) {
-        Ok(rid) => Admission::Admitted(
-            rid,
-            Running {
-                job,
-                started: Instant::now(),
-                samples: 0,
-                truncated: false,
-            },
-        ),
+        Ok(rid) => Admission::Admitted(rid, job),
         Err(e) => {
             let param = if e.downcast_ref::<NoBuiltinVoice>().is_some() || s.voice.is_some() {
                 Some("voice")
             } else {
                 None
             };
-            let _ = s.tx.send(Event::Error(classify(&e, param)));
+            let _ = s.tx.send(Event::Error(health.classify(&e, param)));
             Admission::Answered
         }
     }
@@ -518,11 +694,13 @@ fn batch_analyse(
     batch: &mut dyn SpeechBatch,
     audio: &Audio,
     path: &Path,
+    health: &Health<'_>,
 ) -> Result<(), ModelError> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| batch.save_voice(audio, path))) {
         Ok(Some(r)) => r,
         Ok(None) => Err(Box::new(AnalysisDeferred)),
-        Err(_) => {
+        Err(payload) => {
+            health.panicked(payload.as_ref());
             tracing::error!("a voice analysis panicked");
             Err("the voice analysis failed".into())
         }
@@ -544,6 +722,7 @@ enum Prepared {
 fn prepare_voice(
     voice: Option<&Path>,
     model: ModelId,
+    health: &Health<'_>,
     analyse: &mut dyn FnMut(&Audio, &Path) -> Result<(), ModelError>,
 ) -> Prepared {
     let Some(path) = voice else {
@@ -570,7 +749,7 @@ fn prepare_voice(
             Err(DeriveError::Analysis(e)) if e.is::<AnalysisDeferred>() => return Prepared::Defer,
             Err(DeriveError::Analysis(e)) => {
                 tracing::warn!(model = %model, voice = %d.clip.display(), error = %e, "the voice cannot be analysed for the model");
-                return Prepared::Failed(classify(&e, Some("voice")));
+                return Prepared::Failed(health.classify(&e, Some("voice")));
             }
             Err(DeriveError::Store(e)) => {
                 return Prepared::Failed(ApiError::internal(format!(
