@@ -1,6 +1,8 @@
 //! `chatterbox speak`: text to speech with `ChatterboxTts`, `ChatterboxMultilingualTts` or
 //! `ChatterboxTurboTts`: sentence by sentence (`generate_stream`), or token by token with
-//! `--stream` (the models' `stream`), each piece written as soon as it is final.
+//! `--stream` (the models' `stream`), each piece written as soon as it is final. A text chunk
+//! whose speech reached `--max-new-tokens` before the model drew its stop token is cut there:
+//! a warning names it (even with `--quiet`).
 use crate::args::{GenerationArgs, Model, SpeakArgs};
 use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output, Sink};
@@ -10,8 +12,8 @@ use crate::{device, hub, japanese, preflight, watermark};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
-    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechStream, Variant,
-    Watermarker,
+    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechReport, SpeechStream,
+    Truncation, Variant, Watermarker,
 };
 use indicatif::ProgressBar;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -66,8 +68,8 @@ impl Tts {
         opts: &GenerateOptions,
         progress: &mut dyn FnMut(&Event),
         on_audio: &mut dyn FnMut(&[f32]) -> chatterbox_pipeline::Result<()>,
-    ) -> Result<()> {
-        Ok(each!(self, m => m.generate_stream(text, opts, progress, on_audio))?)
+    ) -> Result<SpeechReport> {
+        Ok(each!(self, m => m.generate_stream_with_report(text, opts, progress, on_audio))?)
     }
 
     fn stream(&self, text: &str, opts: &GenerateOptions) -> Result<SpeechStream<'_>> {
@@ -310,10 +312,15 @@ pub fn run(args: SpeakArgs) -> Result<()> {
 
     let started = Instant::now();
     let mut sink = out.sink(ChatterboxTts::SAMPLE_RATE, rt.wav_format, args.stream)?;
+    let cuts = Cuts {
+        progress: &progress,
+        quiet: rt.quiet,
+        max_new_tokens: opts.max_new_tokens,
+    };
     let first_audio = if args.stream {
-        speak_streaming(&tts, &text, &opts, &progress, &mut sink, started)?
+        speak_streaming(&tts, &text, &opts, &progress, &mut sink, started, &cuts)?
     } else {
-        speak_whole(&tts, &text, &opts, &progress, &mut sink, &out)?;
+        speak_whole(&tts, &text, &opts, &progress, &mut sink, &out, &cuts)?;
         None
     };
     let samples = sink.finish()?;
@@ -332,6 +339,50 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     Ok(())
 }
 
+/// Warns about text chunks whose speech was cut at `--max-new-tokens`.
+struct Cuts<'a> {
+    progress: &'a Progress,
+    quiet: bool,
+    max_new_tokens: usize,
+}
+
+impl Cuts<'_> {
+    /// Warns that `cut`'s speech (of `total` text chunks) was cut at the cap: on standard
+    /// error above the bars, and even with `--quiet` (the audio lacks part of the text).
+    fn warn(&self, cut: &Truncation, total: usize) {
+        let line = truncation_warning(cut.sentence, &cut.text, total, self.max_new_tokens);
+        if self.quiet {
+            // no bars to lift in quiet mode
+            eprintln!("{line}");
+        } else {
+            self.progress.note(line);
+        }
+    }
+}
+
+/// The warning for text chunk `index` (of `total`, from 0), `text`, whose speech was cut at
+/// `max_new_tokens`.
+fn truncation_warning(index: usize, text: &str, total: usize, max_new_tokens: usize) -> String {
+    const SHOWN: usize = 60;
+    let text = text.trim();
+    let quoted = if text.chars().count() > SHOWN {
+        let head: String = text.chars().take(SHOWN - 1).collect();
+        format!("{head}…")
+    } else {
+        text.to_string()
+    };
+    let which = if total > 1 {
+        format!("text chunk {}/{total} {quoted:?}", index + 1)
+    } else {
+        format!("{quoted:?}")
+    };
+    format!(
+        "warning: the speech of {which} was cut at --max-new-tokens {max_new_tokens}: the model \
+         did not finish it; raise --max-new-tokens, or split the text into shorter chunks \
+         (--chunk-chars)"
+    )
+}
+
 /// Speaks `text` sentence chunk by sentence chunk, each written once it is synthesised.
 fn speak_whole(
     tts: &Tts,
@@ -340,6 +391,7 @@ fn speak_whole(
     progress: &Progress,
     sink: &mut Sink,
     out: &Output,
+    cuts: &Cuts<'_>,
 ) -> Result<()> {
     let mut bars = Bars::new(progress, opts.max_new_tokens);
     let mut write_error = None;
@@ -357,7 +409,11 @@ fn speak_whole(
     if let Some(e) = write_error {
         return Err(e);
     }
-    result.context("speech generation failed")
+    let report = result.context("speech generation failed")?;
+    for cut in &report.truncated {
+        cuts.warn(cut, report.sentences);
+    }
+    Ok(())
 }
 
 /// Speaks `text` token by token (`--stream`), each chunk of audio written and flushed as it
@@ -369,6 +425,7 @@ fn speak_streaming(
     progress: &Progress,
     sink: &mut Sink,
     started: Instant,
+    cuts: &Cuts<'_>,
 ) -> Result<Option<Duration>> {
     let bars = Mutex::new(Bars::new(progress, opts.max_new_tokens));
     let lock = || bars.lock().unwrap_or_else(PoisonError::into_inner);
@@ -377,6 +434,7 @@ fn speak_streaming(
             .stream(text, opts)
             .context("speech generation failed")?
             .with_progress(|e| lock().event(e));
+        let total = stream.sentences();
         let mut first = None;
         // A write error returns here, which drops the stream: no more tokens are drawn.
         for chunk in stream {
@@ -387,6 +445,9 @@ fn speak_streaming(
                 lock().first_audio(after);
             }
             sink.push(&chunk.samples)?;
+            for cut in &chunk.truncated {
+                cuts.warn(cut, total);
+            }
         }
         Ok(first)
     })();
@@ -567,6 +628,28 @@ mod tests {
         assert!(language(Model::English, Some("fr")).is_err());
         assert!(language(Model::Multilingual, Some("xx")).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn a_cut_chunk_is_named_in_its_warning() {
+        let w = truncation_warning(1, "This is a test! ", 3, 16);
+        assert!(
+            w.starts_with(
+                "warning: the speech of text chunk 2/3 \"This is a test!\" was cut at \
+                 --max-new-tokens 16:"
+            ),
+            "{w}"
+        );
+        assert!(w.contains("raise --max-new-tokens"), "{w}");
+        let w = truncation_warning(0, "Hello.", 1, 1000);
+        assert!(
+            w.starts_with("warning: the speech of \"Hello.\" was cut at"),
+            "{w}"
+        );
+        // a long chunk is shortened, on a character boundary
+        let long = "é".repeat(100);
+        let w = truncation_warning(0, &long, 1, 5);
+        assert!(w.contains(&format!("\"{}…\"", "é".repeat(59))), "{w}");
     }
 
     #[test]

@@ -918,3 +918,47 @@ fn speech_is_watermarked_by_default_and_the_watermark_commands_work() -> R<()> {
     assert_eq!(o.status.code(), Some(1));
     Ok(())
 }
+
+#[test]
+fn speech_cut_at_the_token_cap_is_named_in_a_warning() -> R<()> {
+    // the tiny model's random weights practically never draw the stop token: 8 tokens cut
+    // both text chunks, whole or streamed, and the warning shows even with --quiet
+    let s = setup()?;
+    let out = s.dir.with_file_name("cut.wav");
+    for extra in [&[][..], &["--stream"], &["--quiet"]] {
+        let mut args = vec![
+            "speak",
+            "Hello there. This is a test!",
+            "--model-dir",
+            p(&s.dir),
+            "--voice",
+            p(&s.ref_wav),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            "8",
+            "--chunk-chars",
+            "15",
+            "--seed",
+            "7",
+            "-o",
+            p(&out),
+        ];
+        args.extend(extra);
+        let o = chatterbox(&args)?;
+        ok(&o)?;
+        let err = String::from_utf8_lossy(&o.stderr);
+        for (i, text) in [(1, "Hello there."), (2, "This is a test!")] {
+            let line = format!(
+                "warning: the speech of text chunk {i}/2 {text:?} was cut at --max-new-tokens 8: \
+                 the model did not finish it; raise --max-new-tokens"
+            );
+            anyhow::ensure!(
+                err.matches(&line).count() == 1,
+                "{extra:?}: no single {line:?} in:\n{err}"
+            );
+        }
+        read(&out)?;
+    }
+    Ok(())
+}
