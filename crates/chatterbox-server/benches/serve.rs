@@ -46,7 +46,8 @@
 //! warm-up round of one request per client and after the last request: the process's resident
 //! set (`chatterbox_pipeline::resident_memory_bytes`) and, on CUDA, the device's used memory (total - free as the driver reports
 //! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
-//! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`.
+//! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`,
+//! `mem_ttfb_p50` and `mem_ttfb_p95` (ms, with the voice uploads below running when they are on).
 //!
 //! Watermark: `CHATTERBOX_SERVE_WATERMARK` = `random` (Perth's architecture with seeded
 //! random weights: the shipped model's work per chunk) or the path of Perth's weights
@@ -892,6 +893,21 @@ async fn bench_main() -> anyhow::Result<()> {
         "mem_wall_s",
         format!("seconds (not ms) for the requests, {what}"),
         wall,
+    );
+    let ttfb: Vec<f64> = out
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.ttfb)
+        .collect();
+    bench.push(
+        "mem_ttfb_p50",
+        format!("ms to first body byte, p50, {what}"),
+        percentile(&ttfb, 0.5),
+    );
+    bench.push(
+        "mem_ttfb_p95",
+        format!("ms to first body byte, p95, {what}"),
+        percentile(&ttfb, 0.95),
     );
     if upload_every > 0.0 {
         let what = format!("voice uploads every {upload_every} s during the memory phase");

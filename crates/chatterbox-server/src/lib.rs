@@ -31,8 +31,8 @@ pub use engine::{DeviceModels, Loader, MemoryProbe};
 pub use error::{ApiError, ServerError};
 pub use format::{AudioFormat, StreamFormat};
 pub use model::{
-    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel,
-    SAMPLE_RATE,
+    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechChunk,
+    SpeechModel, SAMPLE_RATE,
 };
 pub use pipeline_model::PipelineModel;
 pub use request::{Overrides, SpeechRequest, OPTION_RANGES};
