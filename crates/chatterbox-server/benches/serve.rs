@@ -617,7 +617,7 @@ async fn upload_voices(
     let wav = {
         let spec = hound::WavSpec {
             channels: 1,
-            sample_rate: S3GEN_SR as u32,
+            sample_rate: S3GEN_SR,
             bits_per_sample: 16,
             sample_format: hound::SampleFormat::Int,
         };
