@@ -171,39 +171,41 @@ mod x86 {
     pub type Kernel = (fn() -> f32, f64);
 
     /// The f32 FMA kernel this CPU has (and the instruction set's name).
-    pub fn fma() -> Option<(Kernel, &'static str)> {
+    fn fma() -> Option<(Kernel, &'static str)> {
         let calls = (ITERS * 10) as f64;
         if is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F (checked above).
             let k: fn() -> f32 = || unsafe { fma512() };
-            Some(((k, calls * 32.0), "AVX-512F"))
+            Some(((k, calls * 32.0), "f32 FMA (AVX-512F)"))
         } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU has AVX2 and FMA (checked above).
             let k: fn() -> f32 = || unsafe { fma256() };
-            Some(((k, calls * 16.0), "AVX2+FMA"))
+            Some(((k, calls * 16.0), "f32 FMA (AVX2+FMA)"))
         } else {
             None
         }
     }
 
-    /// The VNNI kernel where the CPU has AVX-512 VNNI.
-    pub fn int8() -> Option<Kernel> {
-        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")) {
-            return None;
+    /// The peaks this CPU has: stage name, unit, what runs, and the kernel.
+    pub fn peaks() -> Vec<(&'static str, &'static str, &'static str, Kernel)> {
+        let calls = (ITERS * 10) as f64;
+        let mut out = Vec::new();
+        if let Some((k, what)) = fma() {
+            out.push(("fma_f32_gflops", "GFLOP/s", what, k));
         }
-        // SAFETY: the CPU has AVX-512F and AVX-512 VNNI (checked above).
-        let k: fn() -> f32 = || unsafe { vnni() };
-        Some((k, (ITERS * 10) as f64 * 16.0 * 8.0))
-    }
-
-    /// The BF16 kernel where the CPU has AVX-512 BF16.
-    pub fn bf16_dot() -> Option<Kernel> {
-        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")) {
-            return None;
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") {
+            // SAFETY: the CPU has AVX-512F and AVX-512 VNNI (checked above).
+            let k: fn() -> f32 = || unsafe { vnni() };
+            let what = "AVX-512 VNNI vpdpbusd";
+            out.push(("vnni_int8_gops", "GOP/s", what, (k, calls * 16.0 * 8.0)));
         }
-        // SAFETY: the CPU has AVX-512F and AVX-512 BF16 (checked above).
-        let k: fn() -> f32 = || unsafe { bf16() };
-        Some((k, (ITERS * 10) as f64 * 16.0 * 4.0))
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+            // SAFETY: the CPU has AVX-512F and AVX-512 BF16 (checked above).
+            let k: fn() -> f32 = || unsafe { bf16() };
+            let what = "AVX-512 BF16 vdpbf16ps";
+            out.push(("bf16_gflops", "GFLOP/s", what, (k, calls * 16.0 * 4.0)));
+        }
+        out
     }
 }
 
@@ -224,39 +226,16 @@ fn main() -> anyhow::Result<()> {
             &triad(n),
         );
         #[cfg(target_arch = "x86_64")]
-        {
-            if let Some(((k, ops), isa)) = x86::fma() {
-                let shape = format!("GFLOP/s (not ms), f32 FMA in registers ({isa}), {n} threads");
-                record(
-                    &mut records,
-                    format!("fma_f32_gflops_{n}t"),
-                    n,
-                    &shape,
-                    &peak(n, ops, k),
-                );
-            }
-            if let Some((k, ops)) = x86::int8() {
-                let shape =
-                    format!("GOP/s (not ms), AVX-512 VNNI vpdpbusd in registers, {n} threads");
-                record(
-                    &mut records,
-                    format!("vnni_int8_gops_{n}t"),
-                    n,
-                    &shape,
-                    &peak(n, ops, k),
-                );
-            }
-            if let Some((k, ops)) = x86::bf16_dot() {
-                let shape =
-                    format!("GFLOP/s (not ms), AVX-512 BF16 vdpbf16ps in registers, {n} threads");
-                record(
-                    &mut records,
-                    format!("bf16_gflops_{n}t"),
-                    n,
-                    &shape,
-                    &peak(n, ops, k),
-                );
-            }
+        for (stage, unit, what, kernel) in x86::peaks() {
+            let shape = format!("{unit} (not ms), {what} in registers, {n} threads");
+            let (k, ops) = kernel;
+            record(
+                &mut records,
+                format!("{stage}_{n}t"),
+                n,
+                &shape,
+                &peak(n, ops, k),
+            );
         }
     }
     chatterbox_testkit::emit_records(&records).context("cannot write the records")?;
