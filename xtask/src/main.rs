@@ -4,10 +4,12 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
+mod aarch64;
 mod bench;
 mod checkpoint;
 mod openai;
 mod parity;
+mod python;
 mod targets;
 mod venv;
 
@@ -45,11 +47,20 @@ enum Command {
     /// Compile the workspace for the ARM targets (aarch64-apple-darwin with Metal,
     /// aarch64-unknown-linux-gnu), installing their standard library with rustup if needed.
     CheckTargets(targets::CheckTargetsArgs),
+    /// Cross-build the parity suites of dsp, speaker, t3, s3gen, vocoder and watermark for
+    /// aarch64-unknown-linux-gnu (into target-aarch64) and run them under qemu-user, so that
+    /// the NEON kernels run against the fixtures; installs Debian's cross gcc, glibc and
+    /// qemu-user and the rustup target if missing.
+    TestAarch64(aarch64::TestAarch64Args),
     /// Run the official `openai` Python package against `chatterbox serve`: builds its own
     /// venv (target/openai-venv, `openai` pinned; needs Python 3.9+ and PyPI once), serves the
     /// tiny English checkpoint of the committed fixtures on 127.0.0.1 and an ephemeral port,
     /// and runs xtask/openai_client.py (whole files, streams, SSE, a library voice, errors).
     OpenaiClient(openai::OpenaiClientArgs),
+    /// Build the `chatterbox_rs` Python wheel (crates/chatterbox-python) with maturin into
+    /// target/wheels, install it into target/python-venv (made from PyPI: maturin, pytest,
+    /// numpy, torch, torchaudio) and run its pytest suite.
+    Python(python::PythonArgs),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -66,7 +77,9 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Bench(args) => bench::run(args),
         Command::RandomCheckpoint(args) => checkpoint::run(args),
         Command::CheckTargets(args) => targets::run_checks(args),
+        Command::TestAarch64(args) => aarch64::run(args),
         Command::OpenaiClient(args) => openai::run(args),
+        Command::Python(args) => python::run(args),
     }
 }
 

@@ -112,7 +112,12 @@ impl Tts {
             .cloned()
             .ok_or(PipelineError::NoConditionals)?;
         let slots = texts.len().clamp(1, chatterbox_pipeline::FLOW_ROWS);
-        let mut batch = each!(self, m => m.batch(BatchOptions::default().with_slots(slots)))?;
+        // each slot's cache holds the default positions, or what a smaller model has
+        let limit = each!(self, m => m.t3().backbone().max_positions());
+        let defaults = BatchOptions::default();
+        let positions = defaults.positions.min(limit);
+        let batch_opts = defaults.with_slots(slots).with_positions(positions);
+        let mut batch = each!(self, m => m.batch(batch_opts.clone()))?;
         let mut audio: HashMap<u64, Vec<f32>> = HashMap::new();
         let mut ids = Vec::with_capacity(texts.len());
         for text in texts {

@@ -1,0 +1,169 @@
+//! `cargo xtask python`: the `chatterbox_rs` wheel (crates/chatterbox-python) built once with
+//! maturin into target/wheels, reusing the workspace's target folder, installed into its own
+//! venv (target/python-venv: maturin, pytest, numpy and, unless `--no-torch`, torch and
+//! torchaudio as the reference's examples expect; all from PyPI, pinned), then the package's
+//! tests run with pytest (crates/chatterbox-python/tests: equality with the `chatterbox`
+//! command, streams, threads, errors, the reference's API surface and its example scripts on
+//! tiny random checkpoints laid out in a Hugging Face cache).
+use anyhow::{bail, ensure, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// What the venv holds, pinned. torch's Linux wheel on PyPI is the CUDA build: it pulls about
+/// 2.7 GB of nvidia-* wheels, and `import torch` fails without them (tried: `--no-deps`
+/// leaves `libcublas.so.*[0-9] not found`), so they come too.
+const BASE: &[&str] = &["maturin==1.9.6", "pytest==8.4.2", "numpy==2.2.6"];
+const TORCH: &[&str] = &["torch==2.6.0", "torchaudio==2.6.0", "soundfile==0.13.1"];
+
+#[derive(clap::Args)]
+pub struct PythonArgs {
+    /// Cargo profile of the wheel: `dev` (the workspace's test profile: dependencies at
+    /// opt-level 3, our crates at 1) or `release`.
+    #[arg(long, default_value = "dev")]
+    profile: String,
+    /// Cargo features of chatterbox-python (`cuda`, `metal`).
+    #[arg(long, value_delimiter = ',')]
+    features: Vec<String>,
+    /// Leave torch and torchaudio out of the venv (the tests that need them are skipped).
+    #[arg(long)]
+    no_torch: bool,
+    /// Build and install the wheel only.
+    #[arg(long)]
+    no_test: bool,
+    /// Arguments for pytest (e.g. `-k stream`).
+    #[arg(last = true)]
+    pytest: Vec<String>,
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => crate::root().join("target"),
+    }
+}
+
+fn run_cmd(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    ensure!(status.success(), "{cmd:?} failed with {status}");
+    Ok(())
+}
+
+fn host_python() -> Result<&'static str> {
+    for candidate in ["python3", "python3.12", "python3.11", "python"] {
+        if Command::new(candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Ok(candidate);
+        }
+    }
+    bail!("no python3 on PATH: the Python package needs Python 3.9 or later")
+}
+
+/// target/python-venv with the pinned packages (a stamp file skips reinstalling).
+fn venv(torch: bool) -> Result<PathBuf> {
+    let dir = target_dir().join("python-venv");
+    let python = dir.join("bin/python");
+    let stamp = dir.join("chatterbox-stamp");
+    let mut want: Vec<&str> = BASE.to_vec();
+    if torch {
+        want.extend_from_slice(TORCH);
+    }
+    let text = want.join("\n") + "\n";
+    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&text) {
+        return Ok(python);
+    }
+    eprintln!(
+        "building {} with {} (from PyPI{}; later runs reuse it)",
+        dir.display(),
+        want.join(" "),
+        if torch {
+            ": torch brings about 2.7 GB of nvidia-* wheels, 6 GB on disk"
+        } else {
+            ""
+        }
+    );
+    if !python.exists() {
+        run_cmd(Command::new(host_python()?).args(["-m", "venv"]).arg(&dir))?;
+    }
+    let t0 = Instant::now();
+    run_cmd(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
+            .args(&want),
+    )?;
+    eprintln!("venv ready in {:.0} s", t0.elapsed().as_secs_f64());
+    std::fs::write(&stamp, text).with_context(|| format!("cannot write {}", stamp.display()))?;
+    Ok(python)
+}
+
+/// Builds the wheel with maturin into target/wheels and returns its path.
+fn build_wheel(python: &Path, profile: &str, features: &[String]) -> Result<PathBuf> {
+    let out = target_dir().join("wheels");
+    let _ = std::fs::remove_dir_all(&out);
+    let manifest = crate::root().join("crates/chatterbox-python/Cargo.toml");
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "maturin", "build", "--profile", profile, "-m"])
+        .arg(&manifest)
+        .arg("--out")
+        .arg(&out)
+        .env("CARGO_TARGET_DIR", target_dir());
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
+    let t0 = Instant::now();
+    run_cmd(&mut cmd)?;
+    eprintln!("wheel built in {:.0} s", t0.elapsed().as_secs_f64());
+    let wheel = std::fs::read_dir(&out)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .context("maturin wrote no wheel")?;
+    Ok(wheel)
+}
+
+pub fn run(args: PythonArgs) -> Result<i32> {
+    let python = venv(!args.no_torch)?;
+    let wheel = build_wheel(&python, &args.profile, &args.features)?;
+    run_cmd(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
+            .args(["--force-reinstall", "--no-deps"])
+            .arg(&wheel),
+    )?;
+    eprintln!("installed {}", wheel.display());
+    if args.no_test {
+        return Ok(0);
+    }
+    let root = crate::root();
+    // the equality tests compare with the `chatterbox` command of the same checkout
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_cmd(
+        Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--bin", "chatterbox"]),
+    )?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(root.join("crates/chatterbox-python/tests"))
+        .args(&args.pytest)
+        .env("CHATTERBOX_FIXTURES", root.join("parity/fixtures"))
+        .env(
+            "CHATTERBOX_REFERENCE_EXAMPLES",
+            root.join("../shared/reference/examples"),
+        )
+        .env("CHATTERBOX_PARITY_DIR", root.join("parity"))
+        .env("CHATTERBOX_BIN", target_dir().join("debug/chatterbox"))
+        .env("PYTHONUNBUFFERED", "1")
+        .env_remove("CHATTERBOX_DEVICE")
+        .env_remove("CHATTERBOX_NO_WATERMARK")
+        .env_remove("HF_HOME");
+    let t0 = Instant::now();
+    let status = cmd.status().context("cannot run pytest")?;
+    eprintln!("pytest ran {:.0} s", t0.elapsed().as_secs_f64());
+    Ok(if status.success() { 0 } else { 1 })
+}
