@@ -55,6 +55,17 @@ fn norm_loudness<'py>(
     Ok(numpy::PyArray1::from_vec(py, samples))
 }
 
+/// The `chatterbox` command (speak, vc, serve, watermark) with `argv` (the program name
+/// first), run without the GIL; returns its exit status. The command handles Ctrl-C itself
+/// (speak and vc keep the audio finished so far; serve stops gracefully).
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    let code = py.detach(|| chatterbox_cli::run(argv));
+    (0..=u8::MAX)
+        .find(|&n| std::process::ExitCode::from(n) == code)
+        .unwrap_or(1)
+}
+
 /// The native module.
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -65,6 +76,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_languages, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_backends, m)?)?;
     m.add_function(wrap_pyfunction!(norm_loudness, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("SAMPLE_RATE", chatterbox_pipeline::S3GEN_SR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
