@@ -73,7 +73,7 @@ pub fn tts_checkpoint(variant: Variant, mtl: &MultilingualT3) -> Result<PathBuf>
             &[files.ve, files.t3.as_str(), files.s3gen],
         );
     }
-    Ok(chatterbox_pipeline::download_checkpoint(variant, mtl)?)
+    download_tts(variant, mtl)
 }
 
 /// The checkpoint folder of voice conversion (`s3gen.safetensors`, `conds.pt`).
@@ -81,7 +81,35 @@ pub fn vc_checkpoint() -> Result<PathBuf> {
     if offline() {
         return cached_snapshot(Variant::English.hub_repo(), &VC_FILES);
     }
+    download_vc()
+}
+
+/// Downloads `variant`'s files through the pipeline (the `hub` feature).
+#[cfg(feature = "hub")]
+fn download_tts(variant: Variant, mtl: &MultilingualT3) -> Result<PathBuf> {
+    Ok(chatterbox_pipeline::download_checkpoint(variant, mtl)?)
+}
+
+/// Downloads voice conversion's files through the pipeline (the `hub` feature).
+#[cfg(feature = "hub")]
+fn download_vc() -> Result<PathBuf> {
     Ok(chatterbox_pipeline::download_vc_checkpoint()?)
+}
+
+/// Without the `hub` feature nothing is downloaded: the cache is all there is.
+#[cfg(not(feature = "hub"))]
+fn download_tts(_: Variant, _: &MultilingualT3) -> Result<PathBuf> {
+    download_vc()
+}
+
+/// Without the `hub` feature nothing is downloaded: the cache is all there is.
+#[cfg(not(feature = "hub"))]
+fn download_vc() -> Result<PathBuf> {
+    Err(Error::Runtime(
+        "this chatterbox_rs build does not download (built without the `hub` feature): set \
+         HF_HUB_OFFLINE=1 to use the Hugging Face cache, or load a folder with from_local"
+            .into(),
+    ))
 }
 
 #[cfg(test)]
