@@ -12,12 +12,14 @@ mod graph;
 mod learned_pos_emb;
 pub mod sampling;
 mod t3;
+mod weight_format;
 
 pub use alignment::{
     AlignmentAnalysisResult, AlignmentAnalyzerConfig, AlignmentStreamAnalyzer, LLAMA_ALIGNED_HEADS,
 };
 pub use backbone::{
-    llama3_inv_freq, Backbone, GPT2Model, KvCache, Linear, LlamaModel, RotaryTables, StepIndex,
+    llama3_inv_freq, Backbone, GPT2Model, KvCache, Linear, LlamaModel, QuantizeReport,
+    RotaryTables, StepIndex,
 };
 pub use batch::{BatchDecoder, BatchEvent, BatchOptions, RequestId};
 pub use cond_enc::{Perceiver, T3Cond, T3CondEnc};
@@ -28,6 +30,7 @@ pub use generate::{GenerateOptions, TokenStream, TurboOptions, DEFAULT_GRAPH_BUC
 pub use learned_pos_emb::LearnedPositionEmbeddings;
 pub use sampling::Sampling;
 pub use t3::T3;
+pub use weight_format::WeightFormat;
 
 /// This crate's CUDA kernel sources, for [`chatterbox_cuda::prepare`] to compile before their
 /// first use.

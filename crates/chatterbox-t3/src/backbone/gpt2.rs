@@ -208,6 +208,24 @@ impl GPT2Model {
         self.fused_decode = on;
     }
 
+    /// The first layer's first projection (its format is the backbone's).
+    pub(crate) fn first_linear(&self) -> Option<&Linear> {
+        self.h.first().map(|l| &l.attn.c_attn)
+    }
+
+    /// Every projection of every block (`c_attn`, `c_proj`, `c_fc`, the MLP's `c_proj`), for
+    /// [`super::Backbone::quantize`].
+    pub(crate) fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = Vec::with_capacity(4 * self.h.len());
+        for b in &mut self.h {
+            v.push(&mut b.attn.c_attn);
+            v.push(&mut b.attn.c_proj);
+            v.push(&mut b.mlp.c_fc);
+            v.push(&mut b.mlp.c_proj);
+        }
+        v
+    }
+
     /// The configuration.
     pub fn config(&self) -> &GPT2Config {
         &self.cfg

@@ -1,6 +1,9 @@
 //! Linear layers (`nn.Linear`, GPT-2 `Conv1D`) loaded with typed shape checks, stored in the
-//! layout each backend multiplies fastest, with fast paths for decode steps (CPU f32, CUDA bf16).
+//! layout each backend multiplies fastest, with fast paths for decode steps (CPU f32, CUDA bf16),
+//! or quantized ([`Linear::quantized`]).
 use super::gemv;
+use super::quantized::QuantizedWeight;
+use crate::weight_format::WeightFormat;
 use crate::{Result, T3Error};
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
@@ -38,12 +41,20 @@ pub(crate) fn weight(vb: &VarBuilder, shape: &[usize], name: &str) -> Result<Ten
 /// reads that layout 1.2-1.8x faster than a transposed view of `[out, in]` at prefill sizes on
 /// the 2-core AVX-512 dev box (e.g. 196 x 4096 x 1024 at 2 threads: 6.0 against 10.6 ms), and
 /// the decode-step kernel streams it at memory bandwidth. Elsewhere it is kept `[out, in]`.
+/// A quantized copy ([`Linear::quantized`]) keeps only the blocks, and the bias as it was.
 #[derive(Debug, Clone)]
 pub struct Linear {
     /// `[out, in]`, or `[in, out]` when `in_out`.
-    weight: Tensor,
+    weight: Stored,
     in_out: bool,
     bias: Option<Tensor>,
+}
+
+/// The weight of a [`Linear`]: a tensor (`[out, in]`, or `[in, out]` when `in_out`) or blocks.
+#[derive(Debug, Clone)]
+enum Stored {
+    Dense(Tensor),
+    Quantized(QuantizedWeight),
 }
 
 impl Linear {
@@ -56,10 +67,45 @@ impl Linear {
             weight.contiguous()?
         };
         Ok(Self {
-            weight,
+            weight: Stored::Dense(weight),
             in_out,
             bias,
         })
+    }
+
+    /// This layer with its weight in `format` (the bias unchanged), or a clone when the format
+    /// is exact or does not fit the input width (not a multiple of its block). Quantized layers
+    /// run on the CPU only.
+    pub fn quantized(&self, format: WeightFormat) -> Result<Self> {
+        let Stored::Dense(_) = &self.weight else {
+            return Err(T3Error::InvalidConfig(
+                "a quantized layer cannot be quantized again; load the checkpoint anew".into(),
+            ));
+        };
+        Ok(match QuantizedWeight::new(&self.weight()?, format)? {
+            Some(q) => Self {
+                weight: Stored::Quantized(q),
+                in_out: false,
+                bias: self.bias.clone(),
+            },
+            None => self.clone(),
+        })
+    }
+
+    /// The format of the weight: [`WeightFormat::F32`] for a tensor (whatever its dtype).
+    pub fn format(&self) -> WeightFormat {
+        match &self.weight {
+            Stored::Dense(_) => WeightFormat::F32,
+            Stored::Quantized(q) => q.format(),
+        }
+    }
+
+    /// Bytes of the stored weight (without the bias).
+    pub fn weight_bytes(&self) -> usize {
+        match &self.weight {
+            Stored::Dense(w) => w.elem_count() * w.dtype().size_in_bytes(),
+            Stored::Quantized(q) => q.bytes(),
+        }
     }
 
     /// An `nn.Linear(in_dim, out_dim, bias)` (`weight`, `bias` under `vb`).
@@ -80,18 +126,23 @@ impl Linear {
         Self::new(w, Some(b))
     }
 
-    /// The `[out, in]` weight (a transposed view when it is stored `[in, out]`).
+    /// The `[out, in]` weight (a transposed view when it is stored `[in, out]`; dequantized to
+    /// f32 when it is quantized).
     pub fn weight(&self) -> Result<Tensor> {
-        Ok(if self.in_out {
-            self.weight.t()?
-        } else {
-            self.weight.clone()
+        Ok(match &self.weight {
+            Stored::Dense(w) if self.in_out => w.t()?,
+            Stored::Dense(w) => w.clone(),
+            // quantized weights live on the CPU
+            Stored::Quantized(q) => q.dequantize(&candle_core::Device::Cpu)?,
         })
     }
 
-    /// The weight's dtype.
+    /// The weight's dtype (f32 for a quantized weight: what it multiplies in).
     pub fn dtype(&self) -> DType {
-        self.weight.dtype()
+        match &self.weight {
+            Stored::Dense(w) => w.dtype(),
+            Stored::Quantized(_) => DType::F32,
+        }
     }
 
     /// The bias, if any.
@@ -101,7 +152,10 @@ impl Linear {
 
     /// Output width.
     pub fn out_dim(&self) -> usize {
-        self.weight.dims()[usize::from(self.in_out)]
+        match &self.weight {
+            Stored::Dense(w) => w.dims()[usize::from(self.in_out)],
+            Stored::Quantized(q) => q.dims().0,
+        }
     }
 }
 
@@ -115,26 +169,35 @@ impl candle_nn::Module for Linear {
         let x2 = x.reshape((rows, k))?;
         let mut out = lead.to_vec();
         out.push(self.out_dim());
+        let weight = match &self.weight {
+            Stored::Dense(w) => w,
+            Stored::Quantized(q) => {
+                let y = q.matmul_t(&x2)?;
+                let y = match &self.bias {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                };
+                return y.reshape(out);
+            }
+        };
         #[cfg(feature = "cuda")]
-        if !self.in_out && super::cuda_gemv::applies(&x2, &self.weight) {
-            let y = super::cuda_gemv::gemv(&x2, &self.weight, self.bias.as_ref())?;
+        if !self.in_out && super::cuda_gemv::applies(&x2, weight) {
+            let y = super::cuda_gemv::gemv(&x2, weight, self.bias.as_ref())?;
             return y.reshape(out);
         }
         let y = if !self.in_out {
-            x2.matmul(&self.weight.t()?)?
+            x2.matmul(&weight.t()?)?
         } else if x.dtype() == DType::F32 && rows <= gemv::MAX_ROWS {
-            gemv::small_gemv(&x2.contiguous()?, &self.weight)?
+            gemv::small_gemv(&x2.contiguous()?, weight)?
         } else {
-            x2.matmul(&self.weight)?
+            x2.matmul(weight)?
         };
         let y = match &self.bias {
             #[cfg(feature = "cuda")]
-            Some(b) if self.weight.device().is_cuda() => {
-                match super::cuda_prefill::bias_add(&y, b)? {
-                    Some(y) => y,
-                    None => y.broadcast_add(b)?,
-                }
-            }
+            Some(b) if weight.device().is_cuda() => match super::cuda_prefill::bias_add(&y, b)? {
+                Some(y) => y,
+                None => y.broadcast_add(b)?,
+            },
             Some(b) => y.broadcast_add(b)?,
             None => y,
         };

@@ -273,6 +273,24 @@ impl LlamaModel {
         self.fused_decode = on;
     }
 
+    /// The first layer's first projection (its format is the backbone's).
+    pub(crate) fn first_linear(&self) -> Option<&Linear> {
+        self.layers.first().map(|l| &l.self_attn.qkv)
+    }
+
+    /// Every projection of every layer (fused q/k/v, output, fused gate/up, down), for
+    /// [`super::Backbone::quantize`].
+    pub(crate) fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = Vec::with_capacity(4 * self.layers.len());
+        for l in &mut self.layers {
+            v.push(&mut l.self_attn.qkv);
+            v.push(&mut l.self_attn.o_proj);
+            v.push(&mut l.mlp.gate_up);
+            v.push(&mut l.mlp.down_proj);
+        }
+        v
+    }
+
     /// The configuration.
     pub fn config(&self) -> &LlamaConfig {
         &self.cfg

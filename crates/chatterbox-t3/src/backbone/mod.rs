@@ -15,6 +15,8 @@ mod gpt2;
 mod kv_cache;
 mod linear;
 mod llama;
+mod quantize;
+mod quantized;
 mod rope;
 mod silu_mul;
 
@@ -24,6 +26,7 @@ pub use kv_cache::KvCache;
 pub(crate) use linear::weight;
 pub use linear::Linear;
 pub use llama::LlamaModel;
+pub use quantize::QuantizeReport;
 pub use rope::{llama3_inv_freq, RotaryTables};
 
 use crate::config::BackboneConfig;
