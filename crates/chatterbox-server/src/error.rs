@@ -214,10 +214,29 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
-    /// Whether the message stays in the server's log (a 500: it may name files or carry a
-    /// model's error text).
+    /// 500 `no_speech`: T3 drew its stop token before any speech token for text chunk
+    /// `chunk` (0-based). The reference fails on such a chunk too (its vocoder is handed an
+    /// empty mel). The answer is the model's for this text and seed, the same alone or in a
+    /// batch; another `seed` or wording usually gives speech. The message names the chunk,
+    /// never its text.
+    pub fn no_speech(chunk: usize) -> Self {
+        let mut e = Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            format!(
+                "the model generated no speech for text chunk {chunk} (it drew its stop token \
+                 first); another seed or wording may give speech"
+            ),
+        );
+        e.code = Some("no_speech");
+        e
+    }
+
+    /// Whether the message stays in the server's log (a 500 without a code: it may name
+    /// files or carry a model's error text; a 500 with a code, such as `no_speech`, has a
+    /// message of the server's own making).
     pub fn is_internal(&self) -> bool {
-        self.status == StatusCode::INTERNAL_SERVER_ERROR
+        self.status == StatusCode::INTERNAL_SERVER_ERROR && self.code.is_none()
     }
 
     /// The message a client sees: [`ApiError::message`], or a generic one for a 500.
@@ -338,5 +357,17 @@ mod tests {
         assert!(r.message.contains("POST"));
         let long = format!("/{}", "x".repeat(500));
         assert!(ApiError::no_route_for("GET", &long).message.len() < 200);
+    }
+
+    #[test]
+    fn no_speech_is_a_500_that_says_what_happened() {
+        let e = ApiError::no_speech(3);
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.is_internal());
+        let body = e.body();
+        assert_eq!(body["error"]["code"], "no_speech");
+        assert_eq!(body["error"]["type"], "server_error");
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("text chunk 3") && msg.contains("seed"), "{msg}");
     }
 }

@@ -765,12 +765,16 @@ fn prepare_voice(
     ))
 }
 
-/// The API error of a model error: bad input is a 400, anything else a 500.
+/// The API error of a model error: bad input is a 400, a text chunk the model gave no speech
+/// for is the 500 [`ApiError::no_speech`], anything else a generic 500.
 pub(crate) fn classify(e: &ModelError, param: Option<&str>) -> ApiError {
     if let Some(n) = e.downcast_ref::<NoBuiltinVoice>() {
         return ApiError::invalid("voice", n.to_string());
     }
     if let Some(p) = e.downcast_ref::<PipelineError>() {
+        if let PipelineError::NoSpeechTokens { chunk, .. } = p {
+            return ApiError::no_speech(*chunk);
+        }
         let bad_input = matches!(
             p,
             PipelineError::InvalidInput { .. }
@@ -789,4 +793,24 @@ pub(crate) fn classify(e: &ModelError, param: Option<&str>) -> ApiError {
         }
     }
     ApiError::internal(format!("generation failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_without_speech_is_the_no_speech_500() {
+        let e: ModelError = Box::new(PipelineError::NoSpeechTokens {
+            chunk: 1,
+            text: "Well done!".into(),
+        });
+        let a = classify(&e, None);
+        assert_eq!(a.code, Some("no_speech"));
+        assert!(!a.body().to_string().contains("Well done"));
+        // anything else the model says stays a generic 500
+        let e: ModelError = "cuda error".into();
+        let a = classify(&e, None);
+        assert!(a.is_internal() && a.code.is_none());
+    }
 }
