@@ -38,7 +38,10 @@
 //! Records, prefixed `c<N>_`: `ttfb_p50`, `ttfb_p95`, `latency_p50`, `latency_p95` (ms),
 //! `rtf` (audio seconds delivered / wall seconds of the level: > 1 keeps up), `audio_s` (mean
 //! per request), `audio_min_s` (the shortest request's), `errors` (non-200 answers, broken or
-//! empty bodies, bodies of an odd length), `underruns` (requests whose margin went negative),
+//! empty bodies, bodies of an odd length), `no_speech` (the server's `no_speech` 500: T3
+//! drew its stop token first for that text and seed, as random weights do for a few; each is
+//! sent again alone after the level and counted here, not as an error, only when it gives
+//! `no_speech` again: the model's answer, not a fault of the batch), `underruns` (requests whose margin went negative),
 //! `worst_margin` (ms). Then `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
 //!
 //! Memory phase: `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
@@ -46,7 +49,8 @@
 //! warm-up round of one request per client and after the last request: the process's resident
 //! set (`chatterbox_pipeline::resident_memory_bytes`) and, on CUDA, the device's used memory (total - free as the driver reports
 //! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
-//! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_wall_s`,
+//! `mem_gpu_used_{loaded,before,after,growth}_mb` (CUDA only), `mem_errors`, `mem_no_speech`,
+//! `mem_wall_s`,
 //! `mem_ttfb_p50` and `mem_ttfb_p95` (ms, with the voice uploads below running when they are on).
 //!
 //! Watermark: `CHATTERBOX_SERVE_WATERMARK` = `random` (Perth's architecture with seeded
@@ -346,6 +350,13 @@ struct Outcome {
     margin: f64,
     /// Why the request failed, if it did.
     error: Option<String>,
+    /// The answer was the server's `no_speech` 500 (T3 drew its stop token first for this
+    /// text and seed: a random-weights draw, as the reference would fail).
+    no_speech: bool,
+    /// A `no_speech` answer that the same request sent alone gave again: the model's answer
+    /// for this text and seed, not a fault of the batch. Counted in `*_no_speech`, not in
+    /// `*_errors`.
+    no_speech_alone: bool,
 }
 
 impl Outcome {
@@ -356,7 +367,15 @@ impl Outcome {
             audio_s: 0.0,
             margin: f64::NAN,
             error: Some(why),
+            no_speech: false,
+            no_speech_alone: false,
         }
+    }
+
+    /// Whether this outcome is an error of the serving (not a `no_speech` answer reproduced
+    /// alone).
+    fn is_error(&self) -> bool {
+        self.error.is_some() && !self.no_speech_alone
     }
 }
 
@@ -390,7 +409,12 @@ async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outcome 
     let status = resp.status();
     if status != reqwest::StatusCode::OK {
         let text = resp.text().await.unwrap_or_default();
-        return Outcome::failed(t0, format!("{status}: {}", text.trim()));
+        let code = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
+        let mut o = Outcome::failed(t0, format!("{status}: {}", text.trim()));
+        o.no_speech = code.as_deref() == Some("no_speech");
+        return o;
     }
     let mut pieces = Vec::new();
     let mut bytes = 0usize;
@@ -421,7 +445,38 @@ async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outcome 
         audio_s: (bytes / 2) as f64 / f64::from(SAMPLE_RATE),
         margin: underrun_margin(&pieces),
         error,
+        no_speech: false,
+        no_speech_alone: false,
     }
+}
+
+/// Sends each `no_speech` answer of `out` (requests numbered from `first`) again, alone; marks
+/// those that give `no_speech` again (the model's answer for that text and seed). Returns how
+/// many did.
+async fn confirm_no_speech(
+    url: &str,
+    model: ModelId,
+    out: &mut [Outcome],
+    first: usize,
+    input: fn(usize) -> String,
+) -> usize {
+    let client = reqwest::Client::new();
+    let mut n = 0;
+    for (k, o) in out.iter_mut().enumerate().filter(|(_, o)| o.no_speech) {
+        let i = first + k;
+        let alone = request(&client, url, body(model, &input(i), i)).await;
+        if alone.no_speech {
+            o.no_speech_alone = true;
+            n += 1;
+        } else {
+            o.error = Some(format!(
+                "no_speech in the load, but alone {} ({:.2} s of audio)",
+                alone.error.as_deref().unwrap_or("speech"),
+                alone.audio_s
+            ));
+        }
+    }
+    n
 }
 
 /// The JSON body of request `i`.
@@ -488,9 +543,14 @@ fn percentile(v: &[f64], p: f64) -> f64 {
     v[k - 1]
 }
 
-/// Prints up to three errors of `out`; returns how many there were.
+/// Prints up to three errors of `out`; returns how many there were (`no_speech` answers that
+/// the request alone gave again are not errors).
 fn count_errors(label: &str, out: &[Outcome]) -> usize {
-    let errors: Vec<&String> = out.iter().filter_map(|o| o.error.as_ref()).collect();
+    let errors: Vec<&String> = out
+        .iter()
+        .filter(|o| o.is_error())
+        .filter_map(|o| o.error.as_ref())
+        .collect();
     for e in errors.iter().take(3) {
         eprintln!("{label}: error: {e}");
     }
@@ -510,6 +570,7 @@ fn report_level(
     let lat: Vec<f64> = ok.iter().map(|o| o.latency).collect();
     let audio: f64 = ok.iter().map(|o| o.audio_s).sum();
     let errors = count_errors(&format!("c{clients}"), out);
+    let no_speech = out.iter().filter(|o| o.no_speech_alone).count();
     let underruns = ok.iter().filter(|o| o.margin < 0.0).count();
     let worst = ok.iter().map(|o| o.margin).fold(f64::INFINITY, f64::min);
     let n = out.len();
@@ -558,6 +619,11 @@ fn report_level(
         &format!("{p}_errors"),
         format!("count: non-200, broken or empty bodies (must be 0), {what}"),
         errors as f64,
+    );
+    bench.push(
+        &format!("{p}_no_speech"),
+        format!("count: no_speech answers that the request alone gave again, {what}"),
+        no_speech as f64,
     );
     bench.push(
         &format!("{p}_underruns"),
@@ -795,7 +861,8 @@ async fn bench_main() -> anyhow::Result<()> {
     let mut errors = 0;
     let mut best = 0;
     for &n in &clients {
-        let (out, wall) = run_level(&url, model, n, requests, 0, sentence).await;
+        let (mut out, wall) = run_level(&url, model, n, requests, 0, sentence).await;
+        confirm_no_speech(&url, model, &mut out, 0, sentence).await;
         let o = &out;
         eprintln!(
             "c{n}: {} requests in {wall:.1} s, ttfb p50 {:.0} ms, latency p50 {:.0} ms, \
@@ -823,7 +890,9 @@ async fn bench_main() -> anyhow::Result<()> {
     // Memory: many short requests.
     cap.store(mem_tokens, Ordering::Release);
     let short = |i: usize| SHORT[i % SHORT.len()].to_string();
-    let (warm, _) = run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
+    let (mut warm, _) =
+        run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
+    let mut no_speech = confirm_no_speech(&url, model, &mut warm, 2_000_000, short).await;
     let warm_errors = count_errors("memory warm-up", &warm);
     let before = sample(&dev);
     eprintln!(
@@ -839,9 +908,11 @@ async fn bench_main() -> anyhow::Result<()> {
         upload_every,
         uploading.clone(),
     ));
-    let (out, wall) = run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
+    let (mut out, wall) =
+        run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
     uploading.store(false, Ordering::Release);
     let uploads = uploader.await.unwrap_or_default();
+    no_speech += confirm_no_speech(&url, model, &mut out, 3_000_000, short).await;
     let after = sample(&dev);
     let mem_errors = warm_errors + count_errors("memory", &out);
     let upload_errors = uploads.iter().filter(|u| u.is_err()).count();
@@ -888,6 +959,11 @@ async fn bench_main() -> anyhow::Result<()> {
         "mem_errors",
         format!("count: non-200, broken or empty bodies (must be 0), {what}"),
         mem_errors as f64,
+    );
+    bench.push(
+        "mem_no_speech",
+        format!("count: no_speech answers that the request alone gave again, {what}"),
+        no_speech as f64,
     );
     bench.push(
         "mem_wall_s",
