@@ -140,6 +140,7 @@ pub fn run(args: PythonArgs) -> Result<i32> {
         return Ok(0);
     }
     let root = crate::root();
+    let perth = perth_weights(&python)?;
     // the equality tests compare with the `chatterbox` command of the same checkout
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_cmd(
@@ -158,6 +159,7 @@ pub fn run(args: PythonArgs) -> Result<i32> {
         )
         .env("CHATTERBOX_PARITY_DIR", root.join("parity"))
         .env("CHATTERBOX_BIN", target_dir().join("debug/chatterbox"))
+        .env("CHATTERBOX_WATERMARK_WEIGHTS", &perth)
         .env("PYTHONUNBUFFERED", "1")
         .env_remove("CHATTERBOX_DEVICE")
         .env_remove("CHATTERBOX_NO_WATERMARK")
@@ -166,4 +168,29 @@ pub fn run(args: PythonArgs) -> Result<i32> {
     let status = cmd.status().context("cannot run pytest")?;
     eprintln!("pytest ran {:.0} s", t0.elapsed().as_secs_f64());
     Ok(if status.success() { 0 } else { 1 })
+}
+
+/// Perth's weights (the watermark), target/python-perth/perth_net_250000.pth.tar: taken once
+/// from PyPI's resemble-perth wheel (34 MB), so the tests watermark as users' runs do.
+fn perth_weights(python: &Path) -> Result<PathBuf> {
+    let dir = target_dir().join("python-perth");
+    let file = dir.join("perth_net_250000.pth.tar");
+    if file.is_file() {
+        return Ok(file);
+    }
+    std::fs::create_dir_all(&dir)?;
+    run_cmd(
+        Command::new(python)
+            .args(["-m", "pip", "download", "--disable-pip-version-check", "-q"])
+            .args(["--no-deps", "resemble-perth==1.0.1", "-d"])
+            .arg(&dir),
+    )?;
+    let extract = "import glob, os, sys, zipfile\n\
+        d = sys.argv[1]\n\
+        z = zipfile.ZipFile(glob.glob(os.path.join(d, 'resemble_perth-*.whl'))[0])\n\
+        name = 'perth/perth_net/pretrained/implicit/perth_net_250000.pth.tar'\n\
+        open(os.path.join(d, os.path.basename(name)), 'wb').write(z.read(name))\n";
+    run_cmd(Command::new(python).args(["-c", extract]).arg(&dir))?;
+    ensure!(file.is_file(), "{} was not extracted", file.display());
+    Ok(file)
 }

@@ -49,3 +49,29 @@ def test_errors_exit_with_status_one(tmp_path):
     assert r.stderr.startswith("error:") and "nowhere" in r.stderr, r.stderr
     r = subprocess.run([installed(), "speak", "--no-such-flag"], capture_output=True, text=True)
     assert r.returncode == 2 and "--no-such-flag" in r.stderr
+
+
+def test_outputs_carry_the_watermark(offline_cache, tmp_path, monkeypatch):
+    """Perth on generate's output, as the reference's: the command's detector finds it."""
+    import pytest
+
+    from conftest import write_wav
+
+    weights = os.environ.get("CHATTERBOX_WATERMARK_WEIGHTS")
+    if not weights:
+        pytest.skip("no Perth weights (CHATTERBOX_WATERMARK_WEIGHTS; cargo xtask python sets it)")
+    monkeypatch.delenv("CHATTERBOX_NO_WATERMARK")
+    from chatterbox_rs.tts_turbo import ChatterboxTurboTTS
+
+    model = ChatterboxTurboTTS.from_pretrained("cpu")
+    assert model._model.watermarked_output
+    text = "Hello there. This is a watermarked test!"
+    marked = np.asarray(model.generate(text, seed=4, max_new_tokens=100))[0]
+    plain = np.asarray(ChatterboxTurboTTS.from_pretrained("cpu", watermark=False).generate(
+        text, seed=4, max_new_tokens=100))[0]
+    assert marked.shape == plain.shape and not np.array_equal(marked, plain)
+    path = str(tmp_path / "marked.wav")
+    write_wav(path, marked)
+    r = subprocess.run([installed(), "watermark", "detect", path], capture_output=True,
+                       text=True, env=dict(os.environ, CHATTERBOX_WATERMARK_WEIGHTS=weights))
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
