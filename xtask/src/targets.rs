@@ -55,7 +55,7 @@ fn cargo() -> Command {
 }
 
 /// Installs `target`'s standard library with rustup when it is missing.
-fn ensure_target(target: &str, install: bool) -> Result<()> {
+pub(crate) fn ensure_target(target: &str, install: bool) -> Result<()> {
     let listed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output();
