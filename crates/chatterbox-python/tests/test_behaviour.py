@@ -99,6 +99,31 @@ def test_ctrl_c_interrupts_a_generation(offline_cache):
     assert "then (1, " in r.stdout
 
 
+@pytest.mark.parametrize("call", ["stream", "generate_many"])
+def test_ctrl_c_interrupts_streams_and_batches(offline_cache, call):
+    run = {
+        "stream": "for chunk in m.stream(text, seed=1, max_new_tokens=400): pass",
+        "generate_many": "m.generate_many([text, text], seed=1, max_new_tokens=400)",
+    }[call]
+    code = (
+        "import os, signal, threading, time\n"
+        "from chatterbox_rs.tts import ChatterboxTTS\n"
+        "m = ChatterboxTTS.from_pretrained('cpu')\n"
+        "text = ' '.join(['This sentence is one of many in a long text.'] * 40)\n"
+        "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "t0 = time.time()\n"
+        "try:\n"
+        f"    {run}\n"
+        "    print('finished without interruption')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after %.2f s' % (time.time() - t0))\n"
+    )
+    r = python_subprocess(code)
+    assert r.returncode == 0, r.stderr
+    assert "interrupted after" in r.stdout, r.stdout
+    assert float(r.stdout.split("interrupted after ")[1].split()[0]) < 1.5, r.stdout
+
+
 def test_missing_files(offline_cache, tmp_path):
     from chatterbox_rs.tts import ChatterboxTTS
     from chatterbox_rs.vc import ChatterboxVC
