@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(kind(&wrapped), Kind::Runtime);
         let lang = PipelineError::Text(chatterbox_text::TextError::UnknownLanguage {
             language: "xx".into(),
-            supported: "en".into(),
+            supported: "en",
         });
         assert_eq!(kind(&lang), Kind::Value);
         assert_eq!(kind(&PipelineError::NoConditionals), Kind::Runtime);
