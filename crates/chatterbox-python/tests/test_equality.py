@@ -92,3 +92,17 @@ def test_generate_many_equals_each_stream(offline_cache):
         assert got.shape == solo.shape
         # shared flow calls round differently: within the pipeline's waveform tolerance
         assert np.max(np.abs(got - solo)) <= 1e-3 * max(1e-6, float(np.max(np.abs(solo))))
+
+
+def test_vc_equals_the_command(tmp_path, offline_cache, voice_wav):
+    from chatterbox_rs.vc import ChatterboxVC
+
+    model = ChatterboxVC.from_local(offline_cache["vc"], "cpu", watermark=False)
+    got = as_numpy(model.generate(voice_wav, target_voice_path=voice_wav, seed=SEED))
+    out = str(tmp_path / "vc.wav")
+    run_cli(["vc", voice_wav, "--target", voice_wav, "--model-dir", offline_cache["vc"],
+             "--device", "cpu", "--seed", str(SEED), "--no-watermark", "--wav-format", "f32",
+             "-q", "-o", out])
+    want, _ = read_wav(out)
+    assert got.shape[1] > 0
+    np.testing.assert_array_equal(got[0], want)
