@@ -57,4 +57,4 @@ pub use watermark::{
 // Re-exported so callers need not depend on the component crates for common types.
 pub use candle_core::{DType, Device};
 pub use chatterbox_dsp::Audio;
-pub use chatterbox_t3::{BatchOptions, Sampling};
+pub use chatterbox_t3::{BatchOptions, QuantizeReport, Sampling, WeightFormat};

@@ -26,7 +26,7 @@ use crate::Result;
 use candle_core::{DType, Device};
 use chatterbox_dsp::Audio;
 use chatterbox_speaker::VoiceEncoder;
-use chatterbox_t3::{Sampling, T3};
+use chatterbox_t3::{QuantizeReport, Sampling, WeightFormat, T3};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,6 +45,26 @@ macro_rules! tts_methods {
             /// The generation defaults of this model (the reference's `generate` defaults).
             pub fn default_options(&self) -> GenerateOptions {
                 GenerateOptions::for_variant(self.core.variant)
+            }
+
+            /// Stores T3's backbone projections in `format` (see [`WeightFormat`]: q8 and q4
+            /// are 8- and 4-bit blocks for a faster CPU decode, bf16 halves them, f32 leaves
+            /// the weights exactly as loaded). CPU only for the non-exact formats, on a model
+            /// loaded in f32; the flow, HiFT and the speaker encoders are unchanged. Call it
+            /// once, after loading.
+            pub fn quantize_t3(&mut self, format: WeightFormat) -> Result<QuantizeReport> {
+                Ok(self.core.t3.quantize(format)?)
+            }
+
+            /// [`Self::quantize_t3`] as a builder.
+            pub fn with_t3_format(mut self, format: WeightFormat) -> Result<Self> {
+                self.quantize_t3(format)?;
+                Ok(self)
+            }
+
+            /// The format of T3's backbone projections.
+            pub fn t3_format(&self) -> WeightFormat {
+                self.core.t3.weight_format()
             }
 
             /// `prepare_conditionals(wav_fpath, exaggeration)`: decodes a reference clip (WAV,
