@@ -270,6 +270,29 @@ pub enum DtypeArg {
     Bf16,
 }
 
+/// `--quantize`: how T3's backbone weights are stored (the flow, HiFT and the speaker encoders
+/// are unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuantizeArg {
+    /// The measured default: f32 (exact) everywhere for now.
+    Auto,
+    /// 8-bit blocks (GGUF Q8_0; CPU only).
+    Q8,
+    /// 4-bit blocks (GGUF Q4_K; CPU only).
+    Q4,
+    /// bfloat16 weights (CPU only; on a GPU use --dtype bf16).
+    Bf16,
+    /// The checkpoint's weights in --dtype, unchanged (exact).
+    F32,
+}
+
+const QUANTIZE_HELP: &str = "\
+How T3's backbone weights (its attention and MLP projections, most of what each speech token \
+reads) are stored: q8 (8-bit blocks), q4 (4-bit blocks), bf16, or f32 (the checkpoint's, \
+exact). A token's decode reads every weight once, so on a CPU fewer bytes are faster; the \
+speech changes slightly (measured in docs/benchmarks.md). The weights are converted at load \
+from the full-precision checkpoint. q8, q4 and bf16 run on the CPU only. auto is f32.";
+
 /// Format of the written audio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WavFormatArg {
@@ -367,6 +390,9 @@ pub struct SpeakArgs {
     /// the first chunk of tokens instead of after each whole sentence (-o - to play it live).
     #[arg(long, long_help = STREAM_HELP)]
     pub stream: bool,
+    /// Storage of T3's weights: q8, q4, bf16 (CPU only, faster), f32 (exact) or auto.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE", help_heading = "Model, device and output")]
+    pub quantize: QuantizeArg,
     /// The sampling and conditioning knobs.
     #[command(flatten)]
     pub gen: GenerationArgs,
@@ -500,6 +526,9 @@ pub struct ServeArgs {
     /// 8.0 and newer, f32 elsewhere), f32, f16 or bf16 (half precision is for GPUs).
     #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DtypeArg,
+    /// Storage of T3's weights: q8, q4, bf16 (CPU only, faster), f32 (exact) or auto.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE")]
+    pub quantize: QuantizeArg,
     /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`, the scheme in
     /// any case); /health, /ready and /metrics stay open. Without it anyone who reaches the
     /// port may use it. An empty key (CHATTERBOX_API_KEY= set but empty) is an error, not
@@ -646,6 +675,42 @@ mod tests {
         assert!("a=b".parse::<Alias>().is_ok());
         assert!("=b".parse::<Alias>().is_err());
         assert!("a".parse::<Alias>().is_err());
+    }
+
+    #[test]
+    fn quantize_parses_on_speak_and_serve() {
+        for (arg, want) in [
+            ("q8", QuantizeArg::Q8),
+            ("q4", QuantizeArg::Q4),
+            ("bf16", QuantizeArg::Bf16),
+            ("f32", QuantizeArg::F32),
+            ("auto", QuantizeArg::Auto),
+        ] {
+            let speak = Cli::try_parse_from(["chatterbox", "speak", "hi", "--quantize", arg]);
+            let Ok(Cli {
+                command: Command::Speak(a),
+            }) = speak
+            else {
+                panic!("speak --quantize {arg}: {speak:?}");
+            };
+            assert_eq!(a.quantize, want);
+            let serve = Cli::try_parse_from(["chatterbox", "serve", "--quantize", arg]);
+            let Ok(Cli {
+                command: Command::Serve(a),
+            }) = serve
+            else {
+                panic!("serve --quantize {arg}: {serve:?}");
+            };
+            assert_eq!(a.quantize, want);
+        }
+        let Ok(Cli {
+            command: Command::Speak(a),
+        }) = Cli::try_parse_from(["chatterbox", "speak", "hi"])
+        else {
+            panic!("speak without --quantize");
+        };
+        assert_eq!(a.quantize, QuantizeArg::Auto);
+        assert!(Cli::try_parse_from(["chatterbox", "speak", "hi", "--quantize", "q2"]).is_err());
     }
 
     #[test]

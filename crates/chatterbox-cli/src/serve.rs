@@ -8,7 +8,7 @@ use crate::speak::{self, Tts};
 use crate::{device, preflight};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
-use chatterbox_pipeline::{BatchOptions, MultilingualT3};
+use chatterbox_pipeline::{BatchOptions, MultilingualT3, WeightFormat};
 use chatterbox_server::{
     shutdown_signal, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
     SpeechModel,
@@ -253,6 +253,8 @@ struct Load {
     plan: Vec<Planned>,
     mtl: MultilingualT3,
     dtype: DType,
+    /// The storage of T3's weights (`--quantize`).
+    format: WeightFormat,
     /// Perth's checkpoint (`None`: no watermark).
     perth: Option<std::path::PathBuf>,
     /// Continuous batching per model.
@@ -265,6 +267,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
         plan,
         mtl,
         dtype,
+        format,
         perth,
         batching,
     } = load;
@@ -280,7 +283,9 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
                 let _one_download = matches!(p.src, Source::Hub(_))
                     .then(|| HUB.lock().unwrap_or_else(PoisonError::into_inner));
                 speak::load(p.model, &mtl, &p.src, None, &dev, dtype).and_then(|tts| {
-                    Ok(tts.with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?))
+                    Ok(tts
+                        .with_t3_format(format)?
+                        .with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?))
                 })
             };
             match loaded {
@@ -342,16 +347,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let workers: Vec<DeviceModels> = devices
         .into_iter()
         .map(|d| {
+            let dtype = device::dtype(args.dtype, &d);
             let load = Load {
                 plan: planned.clone(),
                 mtl: mtl.clone(),
-                dtype: device::dtype(args.dtype, &d),
+                dtype,
+                format: speak::t3_format(args.quantize, &d, dtype)?,
                 perth: perth.clone(),
                 batching: batching(&args, &d),
             };
-            worker(d, load, failure.clone())
+            Ok(worker(d, load, failure.clone()))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let models: Vec<&str> = planned.iter().map(|p| model_id(p.model).name()).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

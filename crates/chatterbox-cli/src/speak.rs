@@ -3,7 +3,7 @@
 //! `--stream` (the models' `stream`), each piece written as soon as it is final. A text chunk
 //! whose speech reached `--max-new-tokens` before the model drew its stop token is cut there:
 //! a warning names it (even with `--quiet`).
-use crate::args::{GenerationArgs, Model, SpeakArgs};
+use crate::args::{GenerationArgs, Model, QuantizeArg, SpeakArgs};
 use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output, Sink};
 use crate::progress::{Progress, Ticker};
@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
     Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechReport, SpeechStream,
-    Truncation, Variant, Watermarker,
+    Truncation, Variant, Watermarker, WeightFormat,
 };
 use indicatif::ProgressBar;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,6 +48,18 @@ impl Tts {
             Tts::Multilingual(m) => Tts::Multilingual(m.with_watermarker(w)),
             Tts::Turbo(m) => Tts::Turbo(m.with_watermarker(w)),
         }
+    }
+
+    /// The model with T3's backbone weights stored in `format` (unchanged for f32).
+    pub fn with_t3_format(self, format: WeightFormat) -> Result<Self> {
+        if format.is_exact() {
+            return Ok(self);
+        }
+        Ok(match self {
+            Tts::English(m) => Tts::English(m.with_t3_format(format)?),
+            Tts::Multilingual(m) => Tts::Multilingual(m.with_t3_format(format)?),
+            Tts::Turbo(m) => Tts::Turbo(m.with_t3_format(format)?),
+        })
     }
 
     fn conditionals(&self) -> Option<&Conditionals> {
@@ -143,6 +155,30 @@ pub fn language(model: Model, arg: Option<&str>) -> Result<Option<String>> {
         );
     }
     Ok(Some(lang.id().to_string()))
+}
+
+/// The format `--quantize` asks for on `dev` with T3 in `dtype`: `auto` is f32 (exact); the
+/// others run on the CPU only, with T3 in f32 (a clear error before anything loads otherwise).
+pub fn t3_format(
+    arg: QuantizeArg,
+    dev: &candle_core::Device,
+    dtype: candle_core::DType,
+) -> Result<WeightFormat> {
+    let format = match arg {
+        QuantizeArg::Auto | QuantizeArg::F32 => WeightFormat::F32,
+        QuantizeArg::Q8 => WeightFormat::Q8,
+        QuantizeArg::Q4 => WeightFormat::Q4,
+        QuantizeArg::Bf16 => WeightFormat::Bf16,
+    };
+    if !format.is_exact() && !dev.is_cpu() {
+        bail!(
+            "--quantize {format} runs on the CPU only; on a GPU use --dtype bf16 (or --device cpu)"
+        );
+    }
+    if !format.is_exact() && dtype != candle_core::DType::F32 {
+        bail!("--quantize {format} needs T3 in f32 (--dtype f32 or auto), not {dtype:?}");
+    }
+    Ok(format)
 }
 
 /// The model, from a directory (with `config` hyper-parameters when given) or the hub.
@@ -269,6 +305,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     };
     let dev = device::open(rt.device)?;
     let dtype = device::dtype(rt.dtype, &dev);
+    let format = t3_format(args.quantize, &dev, dtype)?;
     let progress = Progress::new(rt.quiet);
     if let Some(w) = device::dtype_warning(&dev, dtype) {
         progress.note(w);
@@ -281,6 +318,8 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     ));
     let mut tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
         .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?
+        .with_t3_format(format)
+        .with_context(|| format!("cannot store T3's weights as {format}"))?
         .with_watermarker(watermark::load(perth.as_ref(), &dev)?);
     if let Tts::Multilingual(m) = &mut tts {
         if kanji_reader.is_none() && language.as_deref() == Some("ja") && japanese::has_kanji(&text)
@@ -289,8 +328,13 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         }
         m.set_kanji_reader(kanji_reader);
     }
+    let weights = if format.is_exact() {
+        String::new()
+    } else {
+        format!(", T3 weights in {format}")
+    };
     step.done(format!(
-        "Loaded Chatterbox {} on {}",
+        "Loaded Chatterbox {} on {}{weights}",
         variant(args.model).name(),
         device::describe(&dev)
     ));
@@ -596,6 +640,38 @@ impl<'a> Bars<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantize_resolves_on_the_cpu_and_is_refused_where_it_cannot_run() -> Result<()> {
+        use candle_core::{DType, Device};
+        let cpu = Device::Cpu;
+        assert_eq!(
+            t3_format(QuantizeArg::Auto, &cpu, DType::F32)?,
+            WeightFormat::F32
+        );
+        assert_eq!(
+            t3_format(QuantizeArg::F32, &cpu, DType::BF16)?,
+            WeightFormat::F32
+        );
+        assert_eq!(
+            t3_format(QuantizeArg::Q8, &cpu, DType::F32)?,
+            WeightFormat::Q8
+        );
+        assert_eq!(
+            t3_format(QuantizeArg::Q4, &cpu, DType::F32)?,
+            WeightFormat::Q4
+        );
+        assert_eq!(
+            t3_format(QuantizeArg::Bf16, &cpu, DType::F32)?,
+            WeightFormat::Bf16
+        );
+        let err = t3_format(QuantizeArg::Q8, &cpu, DType::BF16).map_err(|e| e.to_string());
+        assert!(
+            matches!(&err, Err(m) if m.contains("--dtype f32")),
+            "{err:?}"
+        );
+        Ok(())
+    }
 
     #[test]
     fn options_start_from_the_models_defaults() -> Result<()> {
