@@ -203,7 +203,7 @@ mod tests {
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn grouped_stage_matches_the_blocks_one_by_one() -> candle_core::Result<()> {
-        use candle_core::{DType, Device};
+        use candle_core::DType;
         let dev = chatterbox_cuda::open(0)?;
         let varmap = candle_nn::VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
