@@ -16,9 +16,7 @@ pub use tokenizer::{S3Tokenizer, SpeechTokens};
 /// first use.
 #[cfg(feature = "cuda")]
 pub fn cuda_kernels() -> Vec<&'static chatterbox_cuda::Ptx> {
-    vec![
-        &tokenizer::cuda_fsmn::PTX,
-        &flow::cuda_ops::PTX,
-        &flow::cuda_attention::PTX,
-    ]
+    let mut v = vec![&tokenizer::cuda_fsmn::PTX, &flow::cuda_attention::PTX];
+    v.extend(flow::cuda_ops::PTX);
+    v
 }
