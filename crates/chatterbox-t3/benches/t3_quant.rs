@@ -20,7 +20,9 @@
 //! distributions (mean entropy is reported), so they measure the arithmetic, not a trained
 //! model's sensitivity. `CHATTERBOX_T3_QUANT_FORMATS=q8,q4` picks formats (default all),
 //! `CHATTERBOX_T3_BENCH_ONLY=en|turbo` a variant, `CHATTERBOX_T3_QUANT_TEXTS=N` the number of
-//! texts (default 3), `CHATTERBOX_T3_BENCH_TOKENS=N` the tokens (default 200). The quality
+//! texts (default 3), `CHATTERBOX_T3_BENCH_TOKENS=N` the tokens (default 200);
+//! `CHATTERBOX_T3_QUANT_SPEED_ONLY=1` times the formats listed (f32 only if listed) without
+//! the quality runs (for a profiler). The quality
 //! figures go to stderr and, as JSON, to `CHATTERBOX_T3_QUANT_OUT` (default
 //! `target/bench/t3_quant-quality.json`); the timings are bench records.
 #[path = "../tests/common/random_weights.rs"]
@@ -208,6 +210,7 @@ fn main() -> anyhow::Result<()> {
         _ => vec![WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Bf16],
     };
     let only = std::env::var("CHATTERBOX_T3_BENCH_ONLY").unwrap_or_default();
+    let speed_only = std::env::var("CHATTERBOX_T3_QUANT_SPEED_ONLY").as_deref() == Ok("1");
     let dev = Device::Cpu;
     let mut records = Vec::new();
     let mut qualities = Vec::new();
@@ -275,7 +278,7 @@ fn main() -> anyhow::Result<()> {
 
         // f32: greedy continuations (the teacher tokens) and their distributions
         let mut reference = Vec::new();
-        for text in &variant.texts {
+        for text in variant.texts.iter().filter(|_| !speed_only) {
             let (greedy, _, _) = variant.generate(&f32_model, text, Sampling::Greedy, tokens)?;
             let mut speech = vec![variant.start_speech];
             speech.extend_from_slice(&greedy[..greedy.len().saturating_sub(1)]);
@@ -283,7 +286,13 @@ fn main() -> anyhow::Result<()> {
             reference.push((greedy, speech, logits));
         }
 
-        for &format in std::iter::once(&WeightFormat::F32).chain(formats.iter()) {
+        let listed = formats.iter().copied();
+        let all: Vec<WeightFormat> = if speed_only {
+            listed.collect()
+        } else {
+            std::iter::once(WeightFormat::F32).chain(listed).collect()
+        };
+        for format in all {
             let t = Instant::now();
             let mut model = f32_model.clone();
             let report = model.quantize(format)?;
@@ -292,6 +301,15 @@ fn main() -> anyhow::Result<()> {
             variant.generate(&model, &variant.texts[0], Sampling::Seeded(0), 8)?;
             let (_, prefill_ms, per_token) =
                 variant.generate(&model, &variant.texts[0], Sampling::Seeded(0), tokens)?;
+            if speed_only {
+                eprintln!("{name:<6} {format:<5} decode {per_token:>6.2} ms/token  prefill {prefill_ms:>7.1} ms");
+                record(
+                    format!("{name}_{format}_decode_per_token"),
+                    format!("{tokens} tokens"),
+                    per_token,
+                );
+                continue;
+            }
             let mut sums = [0f64; 5];
             let (mut same, mut total, mut first_diff) = (0usize, 0usize, Vec::new());
             for (text, (greedy_ref, speech, ref_logits)) in variant.texts.iter().zip(&reference) {
