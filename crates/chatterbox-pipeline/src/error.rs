@@ -115,6 +115,9 @@ pub enum PipelineError {
         /// The chunk's text.
         text: String,
     },
+    /// The generation was stopped through its [`crate::Cancel`].
+    #[error("the generation was cancelled")]
+    Cancelled,
     /// The watermarker failed.
     #[error("watermarker: {0}")]
     Watermark(String),

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod cancel;
 mod checkpoint;
 mod conditionals;
 mod config;
@@ -25,6 +26,7 @@ mod vc_chunks;
 mod voice;
 mod watermark;
 
+pub use cancel::Cancel;
 pub use checkpoint::{CheckpointFiles, MultilingualT3, Variant, CONDS_FILE};
 pub use conditionals::Conditionals;
 pub use config::{ChatterboxConfig, S3GenConfig, CONFIG_FILE};

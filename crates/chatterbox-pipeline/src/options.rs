@@ -1,5 +1,6 @@
 //! `generate`'s keyword arguments in chatterbox/tts.py, mtl_tts.py and tts_turbo.py (upstream
 //! 5de7a54) as one options struct, with each variant's defaults as constructors.
+use crate::cancel::Cancel;
 use crate::checkpoint::Variant;
 use crate::error::invalid;
 use crate::stream_synth::StreamSchedule;
@@ -59,6 +60,10 @@ pub struct GenerateOptions {
     /// one whole-sentence flow on a GPU) small while a real-time listener stays ahead (chosen
     /// on an H100: docs/benchmarks.md); see [`StreamSchedule`].
     pub stream: StreamSchedule,
+    /// A flag that stops `generate` (and `generate_stream`) from another thread: it returns
+    /// [`crate::PipelineError::Cancelled`] before T3's next token or the next flow or vocoder
+    /// call. Default none.
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for GenerateOptions {
@@ -86,6 +91,7 @@ impl GenerateOptions {
             max_chunk_chars: chatterbox_text::DEFAULT_MAX_CHARS,
             crossfade_ms: CROSSFADE_MS,
             stream: StreamSchedule::new(vec![12, 36, 144, 576]),
+            cancel: None,
         }
     }
 
@@ -132,6 +138,17 @@ impl GenerateOptions {
     pub fn with_stream_schedule(mut self, schedule: StreamSchedule) -> Self {
         self.stream = schedule;
         self
+    }
+
+    /// Stops the generation when `cancel` is set (see [`GenerateOptions::cancel`]).
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// `Err(Cancelled)` once [`GenerateOptions::cancel`] is set.
+    pub(crate) fn check_cancelled(&self) -> Result<()> {
+        self.cancel.as_ref().map_or(Ok(()), Cancel::check)
     }
 
     /// Greedy decoding on or off.

@@ -336,6 +336,7 @@ impl TtsCore {
         for t in tokens.by_ref() {
             raw_tokens.push(t?);
             on_token(raw_tokens.len());
+            opts.check_cancelled()?;
         }
         // cut at the cap: every token drawn, none of them the stop token (Turbo may also stop
         // early when every logit is -inf: not a cut)
@@ -363,6 +364,7 @@ impl TtsCore {
         let s3opts = S3GenOptions {
             n_cfm_timesteps: opts.n_cfm_timesteps.or(self.is_turbo().then_some(2)),
         };
+        opts.check_cancelled()?;
         let flow_started = std::time::Instant::now();
         let mel = self
             .s3gen
@@ -373,6 +375,7 @@ impl TtsCore {
             secs = flow_started.elapsed().as_secs_f64(),
             "S3Gen flow: mel"
         );
+        opts.check_cancelled()?;
         let hift_started = std::time::Instant::now();
         let wav = self.s3gen.hift_inference(&mel, draws)?;
         let mut wav = wav.squeeze(0)?.to_vec1::<f32>()?;
@@ -541,6 +544,7 @@ impl TtsCore {
             truncated: Vec::new(),
         };
         for (index, chunk) in chunks.iter().enumerate() {
+            opts.check_cancelled()?;
             progress(&Progress::ChunkStarted {
                 index,
                 total,
