@@ -88,9 +88,11 @@ impl Tts {
     }
 
     /// `generate` as the pipeline's (its `generate_stream` collected), stopping at the next
-    /// text chunk once `cancel` is set. No watermark: the caller applies it to the whole.
+    /// speech token, flow or vocoder call once `cancel` is set. No watermark: the caller
+    /// applies it to the whole.
     fn generate(&self, text: &str, opts: &GenerateOptions, cancel: &Cancel) -> Result<Vec<f32>> {
         let mut wav = Vec::new();
+        let opts = &cancel.options(opts);
         each!(self, m => m.generate_stream(text, opts, &mut |_| {}, &mut |piece| {
             cancel.check()?;
             wav.extend_from_slice(piece);

@@ -2,44 +2,43 @@
 //! GIL, waking every [`POLL`] to run Python's signal handlers. Other Python threads run (and
 //! generate) meanwhile, and Ctrl-C raises `KeyboardInterrupt` in the caller at once: the call
 //! returns, and the generation left behind is told to stop ([`Cancel`]) and does so at its
-//! next chance (the end of the current sentence chunk for `generate`, the next chunk of
+//! next chance (the next speech token, flow or vocoder call for `generate`, the next chunk of
 //! tokens for `stream`, the next decode step for `generate_many`). A panic in the work is a
 //! `RuntimeError`, never a crash of the interpreter.
 use crate::error::{Error, Result};
+use chatterbox_pipeline::GenerateOptions;
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// How often a waiting caller looks for Ctrl-C.
 pub const POLL: Duration = Duration::from_millis(50);
 
-/// Set when the caller has gone (interrupted): the work stops at its next check.
+/// Set when the caller has gone (interrupted): the work stops at its next check. The
+/// pipeline's own flag, so a `generate` given it ([`Cancel::options`]) stops within one step.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(chatterbox_pipeline::Cancel);
 
 impl Cancel {
     /// Asks the work to stop.
     pub fn set(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.cancel();
     }
 
     /// Whether the work should stop.
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.is_cancelled()
     }
 
     /// `Err` once cancelled, for the pipeline's audio callbacks (which stop on an error).
     pub fn check(&self) -> chatterbox_pipeline::Result<()> {
-        if self.is_set() {
-            Err(chatterbox_pipeline::PipelineError::InvalidInput {
-                what: "generation",
-                reason: "interrupted".into(),
-            })
-        } else {
-            Ok(())
-        }
+        self.0.check()
+    }
+
+    /// `opts` stopping at the next token, flow or vocoder call once this is set.
+    pub fn options(&self, opts: &GenerateOptions) -> GenerateOptions {
+        opts.clone().with_cancel(self.0.clone())
     }
 }
 
