@@ -280,7 +280,7 @@ pub enum QuantizeArg {
     Q8,
     /// 4-bit blocks (GGUF Q4_K; CPU only).
     Q4,
-    /// bfloat16 weights (CPU only; on a GPU use --dtype bf16).
+    /// bfloat16 weights (CPU only, slower than f32 there today; on a GPU use --dtype bf16).
     Bf16,
     /// The checkpoint's weights in --dtype, unchanged (exact).
     F32,
@@ -289,9 +289,13 @@ pub enum QuantizeArg {
 const QUANTIZE_HELP: &str = "\
 How T3's backbone weights (its attention and MLP projections, most of what each speech token \
 reads) are stored: q8 (8-bit blocks), q4 (4-bit blocks), bf16, or f32 (the checkpoint's, \
-exact). A token's decode reads every weight once, so on a CPU fewer bytes are faster; the \
-speech changes slightly (measured in docs/benchmarks.md). The weights are converted at load \
-from the full-precision checkpoint. q8, q4 and bf16 run on the CPU only. auto is f32.";
+exact). The weights are converted at load from the full-precision checkpoint (a few seconds). \
+On 2 CPU cores q8 halves T3's time per token (Turbo 68 -> 38 ms, English 116 -> 54) and moves \
+its next-token distributions slightly; q4 is no faster than q8 today and moves them more; bf16 \
+has no fast CPU kernel and is much slower than f32 (docs/benchmarks.md). q8, q4 and bf16 run on \
+the CPU only, with T3 in f32. On a CPU that other busy processes share, also set \
+CANDLE_NUM_THREADS=1 (candle's quantized kernels wait for each other's threads after every \
+product). auto is f32.";
 
 /// Format of the written audio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -390,7 +394,8 @@ pub struct SpeakArgs {
     /// the first chunk of tokens instead of after each whole sentence (-o - to play it live).
     #[arg(long, long_help = STREAM_HELP)]
     pub stream: bool,
-    /// Storage of T3's weights: q8, q4, bf16 (CPU only, faster), f32 (exact) or auto.
+    /// Storage of T3's weights: q8 (CPU only, about 2x faster decode), q4, bf16, f32 (exact) or
+    /// auto (f32).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE", help_heading = "Model, device and output")]
     pub quantize: QuantizeArg,
     /// The sampling and conditioning knobs.
@@ -526,7 +531,8 @@ pub struct ServeArgs {
     /// 8.0 and newer, f32 elsewhere), f32, f16 or bf16 (half precision is for GPUs).
     #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DtypeArg,
-    /// Storage of T3's weights: q8, q4, bf16 (CPU only, faster), f32 (exact) or auto.
+    /// Storage of T3's weights: q8 (CPU only, about 2x faster decode), q4, bf16, f32 (exact) or
+    /// auto (f32).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE")]
     pub quantize: QuantizeArg,
     /// Bearer token every /v1 request must carry (`Authorization: Bearer KEY`, the scheme in
