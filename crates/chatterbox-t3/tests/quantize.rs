@@ -190,3 +190,50 @@ fn quantizing_twice_or_a_half_precision_model_is_a_typed_error() -> R<()> {
     assert!(matches!(err, Err(T3Error::InvalidConfig(_))), "{err:?}");
     Ok(())
 }
+
+/// Continuous batching with 8-bit weights: each request draws what it draws alone (the
+/// quantized product rounds each activation row by itself, so rows do not mix).
+#[test]
+fn batched_requests_with_q8_weights_draw_their_solo_tokens() -> R<()> {
+    use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
+    let mut t3 = wide_llama()?;
+    t3.quantize(WeightFormat::Q8)?;
+    let ce = t3.prepare_conditioning(
+        &chatterbox_t3::T3Cond::new(fixed(&[1, 256], 0.1, 98)?)
+            .with_prompt(Tensor::new(&[[3u32, 40, 500, 7]], &Device::Cpu)?),
+    )?;
+    let texts: Vec<Vec<u32>> = (0..3u32)
+        .map(|j| t3.pad_text_tokens(&(0..4 + j).map(|i| 20 + i * 7 + j).collect::<Vec<_>>()))
+        .collect();
+    let mut opts = GenerateOptions::default();
+    opts.max_new_tokens = 10;
+    opts.stop_on_eos = false;
+    let mut solo = Vec::new();
+    for (j, text) in texts.iter().enumerate() {
+        opts.sampling = Sampling::Seeded(j as u64);
+        solo.push(t3.inference(&ce, text, &opts)?);
+    }
+    let mut batch = BatchDecoder::new(&t3, BatchOptions::default().with_slots(3))?;
+    let (mut ids, mut events) = (Vec::new(), Vec::new());
+    for (j, text) in texts.iter().enumerate() {
+        opts.sampling = Sampling::Seeded(j as u64);
+        let (id, admitted) = batch.admit_generate(&ce, text, &opts)?;
+        ids.push(id);
+        events.extend(admitted);
+    }
+    let mut got: HashMap<_, Vec<u32>> = HashMap::new();
+    while batch.active() > 0 {
+        events.extend(batch.step()?);
+    }
+    for e in events {
+        match e {
+            BatchEvent::Token { id, token } => got.entry(id).or_default().push(token),
+            BatchEvent::Failed { error, .. } => return Err(error.into()),
+            BatchEvent::Finished { .. } => {}
+        }
+    }
+    for (j, id) in ids.iter().enumerate() {
+        assert_eq!(got.remove(id).unwrap_or_default(), solo[j], "request {j}");
+    }
+    Ok(())
+}
