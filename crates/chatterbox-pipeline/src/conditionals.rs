@@ -92,7 +92,7 @@ impl Conditionals {
                 candle_core::safetensors::load(path, &Device::Cpu)
                     .map_err(|e| bad(e.to_string()))?
             } else {
-                crate::checkpoint::check_torch_file(path)
+                crate::torch_file::check_torch_file(path)
                     .map_err(|e| bad(format!("not a conds.pt torch file ({e})")))?;
                 let mut m = HashMap::new();
                 for group in ["t3", "gen"] {

@@ -20,6 +20,7 @@ mod perth_download;
 mod progress;
 mod s3gen;
 mod stream_synth;
+mod torch_file;
 mod tts;
 mod vc;
 mod vc_chunks;

@@ -146,7 +146,7 @@ impl TtsCore {
             VoiceEncoder::from_safetensors(&ve_path, &cfg.ve, device)
         } else {
             // candle's pickle reader panics or over-allocates on hostile files: check first.
-            crate::checkpoint::check_torch_weights(&ve_path)?;
+            crate::torch_file::check_torch_weights(&ve_path)?;
             VoiceEncoder::from_pth(&ve_path, &cfg.ve, device)
         }
         .map_err(PipelineError::from)
