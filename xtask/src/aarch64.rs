@@ -75,6 +75,9 @@ pub struct TestAarch64Args {
     /// Only these crates' suites (default: dsp, speaker, t3, s3gen, vocoder, watermark).
     #[arg(long = "crate")]
     crates: Vec<String>,
+    /// The cross build's target folder (default: target-aarch64 in the workspace).
+    #[arg(long)]
+    target_dir: Option<PathBuf>,
     /// Build the test binaries and stop.
     #[arg(long)]
     build_only: bool,
@@ -469,7 +472,10 @@ pub fn run(args: TestAarch64Args) -> Result<i32> {
     let qemu =
         find(&["qemu-aarch64", "qemu-aarch64-static"]).context("qemu-aarch64 is not in PATH")?;
 
-    let target_dir = crate::root().join("target-aarch64");
+    let target_dir = args
+        .target_dir
+        .clone()
+        .unwrap_or_else(|| crate::root().join("target-aarch64"));
     let logs = target_dir.join("qemu-runs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
