@@ -71,8 +71,8 @@ use chatterbox_pipeline::{
     Watermarker, FLOW_ROWS, S3GEN_SR, S3_SR,
 };
 use chatterbox_server::{
-    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig,
-    SpeechBatch, SpeechModel, SAMPLE_RATE,
+    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, RequestBatch, Server,
+    ServerConfig, SpeechModel, SAMPLE_RATE,
 };
 use chatterbox_testkit::{speech_like, BenchRecord, Timing};
 use chatterbox_watermark::PerthWatermarker;
@@ -190,12 +190,12 @@ impl SpeechModel for Capped {
     fn concurrency(&self) -> usize {
         self.inner.concurrency()
     }
-    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         Some(self.inner.batch()?.map(|inner| {
             Box::new(CappedBatch {
                 inner,
                 cap: self.cap.clone(),
-            }) as Box<dyn SpeechBatch + '_>
+            }) as Box<dyn RequestBatch + '_>
         }))
     }
 }
@@ -212,11 +212,11 @@ impl Capped {
 
 /// [`Capped`]'s batch: the same cap on what is added.
 struct CappedBatch<'a> {
-    inner: Box<dyn SpeechBatch + 'a>,
+    inner: Box<dyn RequestBatch + 'a>,
     cap: Arc<AtomicUsize>,
 }
 
-impl SpeechBatch for CappedBatch<'_> {
+impl RequestBatch for CappedBatch<'_> {
     fn has_room(&self) -> bool {
         self.inner.has_room()
     }
@@ -890,8 +890,7 @@ async fn bench_main() -> anyhow::Result<()> {
     // Memory: many short requests.
     cap.store(mem_tokens, Ordering::Release);
     let short = |i: usize| SHORT[i % SHORT.len()].to_string();
-    let (mut warm, _) =
-        run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
+    let (mut warm, _) = run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
     let mut no_speech = confirm_no_speech(&url, model, &mut warm, 2_000_000, short).await;
     let warm_errors = count_errors("memory warm-up", &warm);
     let before = sample(&dev);
@@ -908,8 +907,7 @@ async fn bench_main() -> anyhow::Result<()> {
         upload_every,
         uploading.clone(),
     ));
-    let (mut out, wall) =
-        run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
+    let (mut out, wall) = run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
     uploading.store(false, Ordering::Release);
     let uploads = uploader.await.unwrap_or_default();
     no_speech += confirm_no_speech(&url, model, &mut out, 3_000_000, short).await;

@@ -368,6 +368,9 @@ mod tests {
         assert_eq!(body["error"]["code"], "no_speech");
         assert_eq!(body["error"]["type"], "server_error");
         let msg = body["error"]["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("text chunk 3") && msg.contains("seed"), "{msg}");
+        assert!(
+            msg.contains("text chunk 3") && msg.contains("seed"),
+            "{msg}"
+        );
     }
 }

@@ -31,7 +31,7 @@ pub use engine::{DeviceModels, Loader, MemoryProbe};
 pub use error::{ApiError, ServerError};
 pub use format::{AudioFormat, StreamFormat};
 pub use model::{
-    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechChunk,
+    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, RequestBatch, SpeechChunk,
     SpeechModel, SAMPLE_RATE,
 };
 pub use pipeline_model::PipelineModel;

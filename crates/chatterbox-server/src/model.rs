@@ -115,14 +115,14 @@ pub trait SpeechModel: Send {
         1
     }
 
-    /// A batch that speaks several requests at once ([`SpeechBatch`]), or `None` when the
+    /// A batch that speaks several requests at once ([`RequestBatch`]), or `None` when the
     /// model speaks one request at a time (the default).
-    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         None
     }
 }
 
-/// What a [`SpeechBatch::step`] hands on for one request.
+/// What a [`RequestBatch::step`] hands on for one request.
 #[derive(Debug)]
 pub enum BatchItem {
     /// 24 kHz samples that are final; `last` on the request's last chunk (it has left the
@@ -141,8 +141,10 @@ pub enum BatchItem {
 }
 
 /// Requests spoken together by one model (continuous batching): added at any step, each in
-/// its own voice, advanced together by [`SpeechBatch::step`].
-pub trait SpeechBatch {
+/// its own voice, advanced together by [`RequestBatch::step`]. The server's view of a batch,
+/// for any [`SpeechModel`]; the pipeline's models give theirs through
+/// `chatterbox_pipeline::SpeechBatch`.
+pub trait RequestBatch {
     /// Whether another request can be added now.
     fn has_room(&self) -> bool;
 

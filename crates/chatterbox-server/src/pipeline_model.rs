@@ -1,7 +1,7 @@
 //! [`SpeechModel`] for the pipeline's models (English, multilingual, Turbo, Nano): the
 //! built-in voice is kept aside so a request's library voice never outlives the request.
 use crate::model::{
-    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechChunk,
+    BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, RequestBatch, SpeechChunk,
     SpeechModel,
 };
 use chatterbox_dsp::Audio;
@@ -81,7 +81,7 @@ impl PipelineModel {
 /// The exaggeration voices are analysed with (the request's own is applied when speaking).
 const EXAGGERATION: f32 = 0.5;
 
-/// A [`SpeechBatch`] over the pipeline's `SpeechBatch`.
+/// A [`RequestBatch`] over the pipeline's `SpeechBatch`.
 struct PipelineBatch<'a> {
     batch: chatterbox_pipeline::SpeechBatch<'a>,
     /// The model the batch borrows, for voice analyses between rounds.
@@ -91,7 +91,7 @@ struct PipelineBatch<'a> {
     id: ModelId,
 }
 
-impl SpeechBatch for PipelineBatch<'_> {
+impl RequestBatch for PipelineBatch<'_> {
     fn has_room(&self) -> bool {
         self.batch.len() < self.batch.options().slots
     }
@@ -229,7 +229,7 @@ impl SpeechModel for PipelineModel {
         self.batching.as_ref().map_or(1, |o| o.slots)
     }
 
-    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         let opts = self.batching.clone()?;
         let batch = with_model!(&self.inner, m => m.batch(opts));
         Some(match batch {

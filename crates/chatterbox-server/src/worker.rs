@@ -6,7 +6,7 @@
 //! opens a batch, and the worker keeps adding that model's queued speech jobs while the batch
 //! has room, stepping all of them together, until the batch and the queue are empty. A voice
 //! job taken meanwhile is analysed between two rounds by the batch
-//! ([`SpeechBatch::save_voice`]), and admissions go on; only a batch that cannot analyse
+//! ([`RequestBatch::save_voice`]), and admissions go on; only a batch that cannot analyse
 //! makes it wait until the running requests are done (the batch borrows the model). Other
 //! models of the same worker wait for the batch to empty.
 //!
@@ -25,7 +25,7 @@ use crate::engine::{
 };
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
-use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, SpeechBatch, SpeechModel};
+use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, RequestBatch, SpeechModel};
 use crate::voices::{self, DeriveError, StoreError, VoiceFile};
 use chatterbox_dsp::Audio;
 use chatterbox_pipeline::PipelineError;
@@ -639,7 +639,7 @@ enum Admission {
 /// Adds a speech job to the batch (deriving its voice's conditionals first if the model has
 /// none yet), or answers it with its error.
 fn admit(
-    batch: &mut dyn SpeechBatch,
+    batch: &mut dyn RequestBatch,
     model: &dyn SpeechModel,
     mut job: Job,
     health: &Health<'_>,
@@ -684,14 +684,14 @@ fn admit(
     }
 }
 
-/// A batch that cannot analyse a voice now ([`SpeechBatch::save_voice`] said `None`).
+/// A batch that cannot analyse a voice now ([`RequestBatch::save_voice`] said `None`).
 #[derive(Debug, thiserror::Error)]
 #[error("the batch cannot analyse a voice")]
 struct AnalysisDeferred;
 
 /// A voice analysis by the batch, between rounds; a panic inside fails this analysis alone.
 fn batch_analyse(
-    batch: &mut dyn SpeechBatch,
+    batch: &mut dyn RequestBatch,
     audio: &Audio,
     path: &Path,
     health: &Health<'_>,

@@ -10,7 +10,8 @@ mod support;
 
 use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
-    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, ServerConfig, SpeechBatch, SpeechModel,
+    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, RequestBatch, ServerConfig,
+    SpeechModel,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -130,9 +131,9 @@ impl SpeechModel for Flaky {
         self.slots.max(1)
     }
 
-    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         (self.slots > 1).then(|| {
-            let b: Box<dyn SpeechBatch + '_> = Box::new(FlakyBatch {
+            let b: Box<dyn RequestBatch + '_> = Box::new(FlakyBatch {
                 model: self,
                 reqs: BTreeMap::new(),
                 next: 0,
@@ -151,7 +152,7 @@ struct FlakyBatch<'a> {
     next: u64,
 }
 
-impl SpeechBatch for FlakyBatch<'_> {
+impl RequestBatch for FlakyBatch<'_> {
     fn has_room(&self) -> bool {
         self.reqs.len() < self.model.slots
     }

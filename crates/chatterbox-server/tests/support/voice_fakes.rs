@@ -8,7 +8,7 @@
 use chatterbox_dsp::Audio;
 use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
-    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, SpeechBatch, SpeechModel,
+    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, RequestBatch, SpeechModel,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -212,9 +212,9 @@ impl SpeechModel for StoreFake {
         self.slots.max(1)
     }
 
-    fn batch(&self) -> Option<Result<Box<dyn SpeechBatch + '_>, ModelError>> {
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         (self.slots > 1).then(|| {
-            let b: Box<dyn SpeechBatch + '_> = Box::new(FakeBatch {
+            let b: Box<dyn RequestBatch + '_> = Box::new(FakeBatch {
                 model: self,
                 reqs: BTreeMap::new(),
                 next: 0,
@@ -232,7 +232,7 @@ struct FakeBatch<'a> {
     next: u64,
 }
 
-impl SpeechBatch for FakeBatch<'_> {
+impl RequestBatch for FakeBatch<'_> {
     fn has_room(&self) -> bool {
         self.reqs.len() < self.model.slots
     }
