@@ -588,6 +588,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 512, env = "CHATTERBOX_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// Largest JSON request body (`/v1/audio/speech`), in bytes; a larger one gets 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024, env = "CHATTERBOX_MAX_JSON_BYTES",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_json_bytes: u64,
+    /// Largest voice upload (`POST /v1/voices`, the whole multipart body), in bytes; a larger
+    /// one gets 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 20 * 1024 * 1024,
+          env = "CHATTERBOX_MAX_UPLOAD_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_upload_bytes: u64,
     /// Caps the speech tokens per sentence chunk of every request (25 tokens = 1 s of audio;
     /// the models' default is 1000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

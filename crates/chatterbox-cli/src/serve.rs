@@ -179,6 +179,8 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
     c.body_deadline = Duration::from_secs(args.body_deadline);
     c.write_timeout = Duration::from_secs(args.write_timeout);
     c.max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
+    c.max_json_bytes = usize::try_from(args.max_json_bytes).unwrap_or(usize::MAX);
+    c.max_upload_bytes = usize::try_from(args.max_upload_bytes).unwrap_or(usize::MAX);
     c.max_new_tokens = args
         .max_new_tokens
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
@@ -488,6 +490,10 @@ mod tests {
             "8",
             "--max-connections",
             "9",
+            "--max-json-bytes",
+            "1000",
+            "--max-upload-bytes",
+            "2000",
         ])?;
         let c = config(&a, &planned)?;
         assert_eq!(c.header_timeout, Duration::from_secs(5));
@@ -495,6 +501,7 @@ mod tests {
         assert_eq!(c.body_deadline, Duration::from_secs(7));
         assert_eq!(c.write_timeout, Duration::from_secs(8));
         assert_eq!(c.max_connections, 9);
+        assert_eq!((c.max_json_bytes, c.max_upload_bytes), (1000, 2000));
         let d = config(&serve_args(&[])?, &planned)?;
         let lib = ServerConfig::default();
         assert_eq!(
@@ -503,14 +510,18 @@ mod tests {
                 d.body_timeout,
                 d.body_deadline,
                 d.write_timeout,
-                d.max_connections
+                d.max_connections,
+                d.max_json_bytes,
+                d.max_upload_bytes
             ),
             (
                 lib.header_timeout,
                 lib.body_timeout,
                 lib.body_deadline,
                 lib.write_timeout,
-                lib.max_connections
+                lib.max_connections,
+                lib.max_json_bytes,
+                lib.max_upload_bytes
             ),
             "the command's defaults are the library's"
         );
