@@ -60,6 +60,15 @@ pub enum TextError {
     /// A chunker configured with a character budget of zero.
     #[error("chunk budget must be at least one character")]
     ZeroBudget,
+    /// Pause tags or SSML that [`crate::parse_markup`] cannot read, or that ask for more
+    /// silence than its bounds allow.
+    #[error("markup at byte {offset}: {message}")]
+    Markup {
+        /// Byte offset in the text where the problem starts.
+        offset: usize,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// `Result` with [`TextError`].
