@@ -95,6 +95,14 @@ impl Fixture {
         &self.path
     }
 
+    /// A file the fixture names (`rel`), beside the fixture's files.
+    pub fn asset(&self, rel: &str) -> PathBuf {
+        self.path
+            .parent()
+            .map(|d| d.join(rel))
+            .unwrap_or_else(|| PathBuf::from(rel))
+    }
+
     /// The parsed safetensors payload.
     pub fn tensors(&self) -> SafeTensors<'_> {
         // Validated in `load`.

@@ -11,6 +11,7 @@ mod compare;
 mod error;
 mod fixture;
 mod signal;
+mod strings;
 mod suite;
 
 pub use alloc::{peak, CountingAlloc, REFUSED};
@@ -20,4 +21,5 @@ pub use compare::{compare, Check, Tolerance};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
 pub use signal::speech_like;
+pub use strings::{pack_ids, pack_strings};
 pub use suite::{Row, Status, Suite};
