@@ -1,5 +1,6 @@
 """What the four classes share: device strings, seeds, and the output type (a torch tensor
-when torch is importable, else NumPy)."""
+when torch is importable, else NumPy); and ``TtsBase``, the base of the three text-to-speech
+classes."""
 import os
 import sys
 
@@ -67,3 +68,51 @@ def options(**kw):
     if kw.get("max_new_tokens") is None and os.environ.get("CHATTERBOX_MAX_NEW_TOKENS"):
         kw["max_new_tokens"] = int(os.environ["CHATTERBOX_MAX_NEW_TOKENS"])
     return {k: v for k, v in kw.items() if v is not None}
+
+
+class TtsBase:
+    """What the three text-to-speech classes share: the native model behind them, its
+    loading, and the three ways to call it. Each class keeps the reference's own signatures
+    and defaults and passes its arguments (``locals()``) on; ``_OPTIONS`` names those the
+    native side takes, besides ``seed`` and ``max_new_tokens``."""
+
+    ENC_COND_LEN = 6 * S3_SR
+    DEC_COND_LEN = 10 * S3GEN_SR
+    _OPTIONS = ()
+
+    def __init__(self, model, device):
+        self.sr = S3GEN_SR  # sample rate of synthesized audio
+        self.device = device
+        self._model = model
+
+    @staticmethod
+    def _load(variant, ckpt_dir, device, dtype, watermark, t3_model=None):
+        """The native model of ``variant`` from ``ckpt_dir`` (None: the Hugging Face hub)."""
+        return _native.TtsModel.load(
+            variant,
+            None if ckpt_dir is None else path(ckpt_dir),
+            device_name(device),
+            dtype=dtype,
+            t3_model=t3_model,
+            watermark=watermark,
+        )
+
+    def prepare_conditionals(self, wav_fpath, exaggeration=0.5):
+        """Makes the clip at ``wav_fpath`` the voice of the following generations."""
+        self._model.prepare_conditionals(path(wav_fpath), exaggeration)
+
+    def _options(self, args):
+        """The native side's options from one call's arguments (its ``locals()``)."""
+        picked = {k: args[k] for k in self._OPTIONS if k in args}
+        return options(
+            **picked, seed=seed_for_call(args["seed"]), max_new_tokens=args["max_new_tokens"]
+        )
+
+    def _generate(self, text, args):
+        return output(self._model.generate(text, self._options(args)))
+
+    def _stream(self, text, args):
+        return self._model.stream(text, self._options(args))
+
+    def _generate_many(self, texts, args):
+        return [output(w) for w in self._model.generate_many(list(texts), self._options(args))]

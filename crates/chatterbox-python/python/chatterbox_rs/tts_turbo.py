@@ -5,7 +5,7 @@ import logging
 import numpy as np
 
 from . import _native
-from ._common import S3_SR, S3GEN_SR, device_name, options, output, path, seed_for_call
+from ._common import S3_SR, TtsBase, path
 
 logger = logging.getLogger(__name__)
 
@@ -13,17 +13,15 @@ REPO_ID = "ResembleAI/chatterbox-turbo"
 NANO_REPO_ID = "ResembleAI/chatterbox-nano"
 
 
-class ChatterboxTurboTTS:
+class ChatterboxTurboTTS(TtsBase):
     """Chatterbox Turbo (GPT-2 medium T3, two-step meanflow S3Gen), or Nano (GPT-2 small)."""
 
     ENC_COND_LEN = 15 * S3_SR
-    DEC_COND_LEN = 10 * S3GEN_SR
+    _OPTIONS = ("repetition_penalty", "top_p", "temperature", "top_k")
 
     def __init__(self, model, device, model_label="Turbo"):
-        self.sr = S3GEN_SR  # sample rate of synthesized audio
-        self.device = device
+        super().__init__(model, device)
         self.model_label = model_label  # "Turbo" or "Nano", used for logging
-        self._model = model
 
     @classmethod
     def from_local(
@@ -31,13 +29,7 @@ class ChatterboxTurboTTS:
     ) -> "ChatterboxTurboTTS":
         """Loads ve.safetensors, t3_turbo_v1.safetensors (t3_nano_v1.safetensors),
         s3gen_meanflow.safetensors, the GPT-2 tokenizer files and conds.pt from ``ckpt_dir``."""
-        model = _native.TtsModel.load(
-            "nano" if nano else "turbo",
-            path(ckpt_dir),
-            device_name(device),
-            dtype=dtype,
-            watermark=watermark,
-        )
+        model = cls._load("nano" if nano else "turbo", ckpt_dir, device, dtype, watermark)
         return cls(model, device, model_label="Nano" if nano else "Turbo")
 
     @classmethod
@@ -46,13 +38,7 @@ class ChatterboxTurboTTS:
     ) -> "ChatterboxTurboTTS":
         """Loads ResembleAI/chatterbox-turbo (or -nano) from the Hugging Face hub (cached;
         with HF_HUB_OFFLINE set, from the cache only)."""
-        model = _native.TtsModel.load(
-            "nano" if nano else "turbo",
-            None,
-            device_name(device),
-            dtype=dtype,
-            watermark=watermark,
-        )
+        model = cls._load("nano" if nano else "turbo", None, device, dtype, watermark)
         return cls(model, device, model_label="Nano" if nano else "Turbo")
 
     def norm_loudness(self, wav, sr, target_lufs=-27):
@@ -77,86 +63,23 @@ class ChatterboxTurboTTS:
                 "version and will be ignored."
             )
 
-    def generate(
-        self,
-        text,
-        repetition_penalty=1.2,
-        min_p=0.00,
-        top_p=0.95,
-        audio_prompt_path=None,
-        exaggeration=0.0,
-        cfg_weight=0.0,
-        temperature=0.8,
-        top_k=1000,
-        norm_loudness=True,
-        *,
-        seed=None,
-        max_new_tokens=None,
-    ):
+    def generate(self, text, repetition_penalty=1.2, min_p=0.00, top_p=0.95,
+                 audio_prompt_path=None, exaggeration=0.0, cfg_weight=0.0, temperature=0.8,
+                 top_k=1000, norm_loudness=True, *, seed=None, max_new_tokens=None):
         """Speech for ``text`` as a (1, N) float32 tensor at ``self.sr``."""
         if audio_prompt_path:
             self.prepare_conditionals(
                 audio_prompt_path, exaggeration=exaggeration, norm_loudness=norm_loudness
             )
         self._warn_ignored(cfg_weight, exaggeration, min_p)
-        wav = self._model.generate(
-            text,
-            options(
-                repetition_penalty=repetition_penalty,
-                top_p=top_p,
-                temperature=temperature,
-                top_k=top_k,
-                seed=seed_for_call(seed),
-                max_new_tokens=max_new_tokens,
-            ),
-        )
-        return output(wav)
+        return self._generate(text, locals())
 
-    def stream(
-        self,
-        text,
-        repetition_penalty=1.2,
-        top_p=0.95,
-        temperature=0.8,
-        top_k=1000,
-        *,
-        seed=None,
-        max_new_tokens=None,
-    ):
+    def stream(self, text, repetition_penalty=1.2, top_p=0.95, temperature=0.8, top_k=1000, *,
+               seed=None, max_new_tokens=None):
         """``text`` streamed as it is generated: an iterator of 1-D float32 NumPy chunks."""
-        return self._model.stream(
-            text,
-            options(
-                repetition_penalty=repetition_penalty,
-                top_p=top_p,
-                temperature=temperature,
-                top_k=top_k,
-                seed=seed_for_call(seed),
-                max_new_tokens=max_new_tokens,
-            ),
-        )
+        return self._stream(text, locals())
 
-    def generate_many(
-        self,
-        texts,
-        repetition_penalty=1.2,
-        top_p=0.95,
-        temperature=0.8,
-        top_k=1000,
-        *,
-        seed=None,
-        max_new_tokens=None,
-    ):
+    def generate_many(self, texts, repetition_penalty=1.2, top_p=0.95, temperature=0.8, top_k=1000,
+                      *, seed=None, max_new_tokens=None):
         """Several texts at once through continuous batching: a list of (1, N) tensors."""
-        wavs = self._model.generate_many(
-            list(texts),
-            options(
-                repetition_penalty=repetition_penalty,
-                top_p=top_p,
-                temperature=temperature,
-                top_k=top_k,
-                seed=seed_for_call(seed),
-                max_new_tokens=max_new_tokens,
-            ),
-        )
-        return [output(w) for w in wavs]
+        return self._generate_many(texts, locals())
