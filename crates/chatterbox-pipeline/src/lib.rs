@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod cancel;
+mod captions;
 mod checkpoint;
 mod conditionals;
 mod config;
@@ -17,6 +18,7 @@ mod memory;
 mod options;
 #[cfg(feature = "hub")]
 mod perth_download;
+mod plan;
 mod progress;
 mod s3gen;
 mod stream_synth;
@@ -28,6 +30,7 @@ mod voice;
 mod watermark;
 
 pub use cancel::Cancel;
+pub use captions::{SentenceTiming, WordTiming};
 pub use checkpoint::{CheckpointFiles, MultilingualT3, Variant, CONDS_FILE};
 pub use conditionals::Conditionals;
 pub use config::{ChatterboxConfig, S3GenConfig, CONFIG_FILE};

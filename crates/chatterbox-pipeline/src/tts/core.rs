@@ -1,6 +1,7 @@
 //! What `ChatterboxTTS`, `ChatterboxMultilingualTTS` and `ChatterboxTurboTTS` share
 //! (chatterbox/tts.py, mtl_tts.py, tts_turbo.py, upstream 5de7a54): loading, conditioning,
 //! one generation, and the per-variant post-processing of T3's tokens.
+use crate::captions::{SentenceTiming, Timeline};
 use crate::checkpoint::{
     optional, require, var_builder, CheckpointFiles, MultilingualT3, Variant, CONDS_FILE,
 };
@@ -65,6 +66,9 @@ pub struct SpeechReport {
     /// Those cut at [`GenerateOptions::max_new_tokens`], in order (empty when T3 finished
     /// every one with its stop token).
     pub truncated: Vec<Truncation>,
+    /// Where each text chunk's speech lies in the output (exact), with its words (estimated
+    /// inside it): see [`SentenceTiming`].
+    pub captions: Vec<SentenceTiming>,
 }
 
 impl SpeechReport {
@@ -72,6 +76,28 @@ impl SpeechReport {
     pub fn is_truncated(&self) -> bool {
         !self.truncated.is_empty()
     }
+}
+
+/// A pause of `samples` through the crossfader: a segment of zeros long enough to leave
+/// exactly `samples` of them between the fade out of what came before and, when
+/// `text_follows`, the fade in of the next text chunk.
+fn push_silence(
+    samples: usize,
+    text_follows: bool,
+    fader: &mut Crossfader,
+    timeline: &mut Timeline,
+    on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+) -> Result<()> {
+    if samples == 0 {
+        return Ok(());
+    }
+    let len = timeline.silence_len(samples, text_follows);
+    timeline.push(len);
+    let ready = fader.push(vec![0.0; len]);
+    if !ready.is_empty() {
+        on_audio(&ready)?;
+    }
+    Ok(())
 }
 
 /// `drop_invalid_tokens` (chatterbox/models/s3tokenizer): the tokens after the first `SOS` and
@@ -534,17 +560,22 @@ impl TtsCore {
     ) -> Result<SpeechReport> {
         opts.validate()?;
         let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
-        let chunks = self.text_chunks(text, opts)?;
+        let plan = crate::plan::plan(text, |t| self.text_chunks(t, opts))?;
+        let chunks = &plan.texts;
         let seed = opts.seed.unwrap_or_else(rand::random);
         let fade = (opts.crossfade_ms as usize * S3GEN_SR as usize) / 1000;
         let mut fader = Crossfader::new(fade);
+        let mut timeline = Timeline::new(fade);
         let total = chunks.len();
         let mut report = SpeechReport {
             sentences: total,
             truncated: Vec::new(),
+            captions: Vec::new(),
         };
         for (index, chunk) in chunks.iter().enumerate() {
             opts.check_cancelled()?;
+            let before = plan.silence.get(index).copied().unwrap_or(0);
+            push_silence(before, true, &mut fader, &mut timeline, on_audio)?;
             progress(&Progress::ChunkStarted {
                 index,
                 total,
@@ -569,6 +600,11 @@ impl TtsCore {
                     .push(Truncation::new(index, chunk, self.token_limit(opts)));
             }
             let samples = out.wav.len();
+            let after = plan.silence.get(index + 1).copied().unwrap_or(0);
+            let more_follows = index + 1 < total || after > 0;
+            report
+                .captions
+                .push(timeline.sentence(index, chunk, samples, more_follows));
             let ready = fader.push(out.wav);
             if !ready.is_empty() {
                 on_audio(&ready)?;
@@ -579,6 +615,8 @@ impl TtsCore {
                 samples,
             });
         }
+        let trailing = plan.silence.get(total).copied().unwrap_or(0);
+        push_silence(trailing, false, &mut fader, &mut timeline, on_audio)?;
         let rest = fader.finish();
         if !rest.is_empty() {
             on_audio(&rest)?;

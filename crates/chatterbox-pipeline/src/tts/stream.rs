@@ -24,6 +24,7 @@
 //! made a chunk's frames before the look-ahead tokens that `generate` had, and at HiFT's joins
 //! (see [`StreamingSynth`]).
 use super::core::{TtsCore, SPEECH_VOCAB_SIZE};
+use crate::captions::{SentenceTiming, Timeline};
 use crate::checkpoint::Variant;
 use crate::crossfade::Crossfader;
 use crate::draws::SeededDraws;
@@ -57,6 +58,12 @@ pub struct AudioChunk {
     /// end of its audio (or, when the crossfade held all of that back, in the next chunk; the
     /// last chunk reports any still due).
     pub truncated: Vec<Truncation>,
+    /// The timings of the text chunks whose speech ended since the previous chunk (usually
+    /// empty), as [`crate::SpeechReport::captions`] gives them for the whole output. Times
+    /// count from the stream's first sample; a sentence's timing comes with the chunk made
+    /// when its audio ended, so its end can lie up to half a crossfade past this chunk's
+    /// samples (or, when the crossfade held all of them back, it comes in the next chunk).
+    pub captions: Vec<SentenceTiming>,
 }
 
 /// A text chunk whose speech T3 cut at [`GenerateOptions::max_new_tokens`]: it drew that many
@@ -141,6 +148,8 @@ struct Sentence<'a> {
     pushed: usize,
     /// Tokens outside S3Gen's vocabulary (not synthesised).
     skipped: usize,
+    /// Samples of its audio given to the crossfader so far.
+    faded: usize,
     /// T3 stopped at `max_new_tokens` without its stop token.
     cut: bool,
     /// Batched: T3 has stopped and the synthesiser's last chunks are being made; holds their
@@ -167,10 +176,14 @@ pub struct SpeechStream<'a> {
     opts: GenerateOptions,
     language: Option<Language>,
     texts: Vec<String>,
+    /// Samples of silence before each text chunk, and after the last (markup pauses).
+    silence: Vec<usize>,
     next_text: usize,
     seed: u64,
     sentence: Option<Sentence<'a>>,
     fader: Crossfader,
+    /// Where each segment given to `fader` lies in the output.
+    timeline: Timeline,
     ready: VecDeque<AudioChunk>,
     /// Watermarks each chunk with the audio before it as context.
     marker: StreamWatermarker,
@@ -182,6 +195,10 @@ pub struct SpeechStream<'a> {
     cuts: Vec<Truncation>,
     /// Those of `cuts` not yet reported in a chunk.
     cuts_due: Vec<Truncation>,
+    /// Every sentence timing so far.
+    captions: Vec<SentenceTiming>,
+    /// Those of `captions` not yet handed out in a chunk.
+    captions_due: Vec<SentenceTiming>,
 }
 
 impl<'a> SpeechStream<'a> {
@@ -203,7 +220,7 @@ impl<'a> SpeechStream<'a> {
         opts.stream
             .validate(core.s3gen.flow().config().token_mel_ratio)?;
         let language = core.language(opts)?;
-        let texts = core.text_chunks(text, opts)?;
+        let plan = crate::plan::plan(text, |t| core.text_chunks(t, opts))?;
         let cond_emb = if core.is_turbo() {
             core.t3.prepare_conditioning(&conds.t3)?
         } else {
@@ -218,11 +235,13 @@ impl<'a> SpeechStream<'a> {
             batched,
             opts: opts.clone(),
             language,
-            texts,
+            texts: plan.texts,
+            silence: plan.silence,
             next_text: 0,
             seed: opts.seed.unwrap_or_else(rand::random),
             sentence: None,
             fader: Crossfader::new(fade),
+            timeline: Timeline::new(fade),
             ready: VecDeque::new(),
             marker: core.watermark.stream(S3GEN_SR),
             chunks: 0,
@@ -231,6 +250,8 @@ impl<'a> SpeechStream<'a> {
             progress: None,
             cuts: Vec::new(),
             cuts_due: Vec::new(),
+            captions: Vec::new(),
+            captions_due: Vec::new(),
         })
     }
 
@@ -262,6 +283,12 @@ impl<'a> SpeechStream<'a> {
         &self.cuts
     }
 
+    /// The timings of the text chunks whose speech has ended so far (each also handed out
+    /// once in [`AudioChunk::captions`]).
+    pub fn captions(&self) -> &[SentenceTiming] {
+        &self.captions
+    }
+
     fn report(&mut self, p: &Progress) {
         if let Some(f) = self.progress.as_mut() {
             f(p);
@@ -282,6 +309,7 @@ impl<'a> SpeechStream<'a> {
             is_last,
             samples,
             truncated: std::mem::take(&mut self.cuts_due),
+            captions: std::mem::take(&mut self.captions_due),
         });
         self.chunks += 1;
         self.emitted += self.ready.back().map_or(0, |c| c.samples.len());
@@ -343,6 +371,7 @@ impl<'a> SpeechStream<'a> {
             drawn: 0,
             pushed: 0,
             skipped: 0,
+            faded: 0,
             cut: false,
             ending: None,
             flow_out: None,
@@ -456,6 +485,19 @@ impl<'a> SpeechStream<'a> {
     /// One T3 step of the current sentence, and the audio it completes.
     fn step(&mut self) -> Result<Step> {
         let Some(s) = self.sentence.as_mut() else {
+            let pause = self.silence.get(self.next_text).copied().unwrap_or(0);
+            if pause > 0 {
+                // exact silence between the fades around it (as `generate` puts it)
+                if let Some(p) = self.silence.get_mut(self.next_text) {
+                    *p = 0;
+                }
+                let text_follows = self.next_text < self.texts.len();
+                let len = self.timeline.silence_len(pause, text_follows);
+                self.timeline.push(len);
+                let out = self.fader.push(vec![0.0; len]);
+                self.emit(out, false)?;
+                return Ok(Step::Ran);
+            }
             if self.next_text < self.texts.len() {
                 if self.batched {
                     return Ok(Step::NeedsSentence);
@@ -482,6 +524,7 @@ impl<'a> SpeechStream<'a> {
                 let chunk = s.synth.vocoded(&wav, &source)?;
                 match s.ending.as_mut() {
                     None => {
+                        s.faded += chunk.audio.len();
                         let out = self.fader.push_part(&chunk.audio);
                         self.emit(out, false)?;
                     }
@@ -523,6 +566,7 @@ impl<'a> SpeechStream<'a> {
                     }
                     Vec::new()
                 };
+                s.faded += audio.len();
                 let max = self.opts.max_new_tokens;
                 self.report(&Progress::Tokens {
                     chunk,
@@ -581,6 +625,13 @@ impl<'a> SpeechStream<'a> {
         let samples = s.synth.emitted();
         let mut out = self.fader.push_part(&audio);
         out.extend(self.fader.end_segment());
+        let more_follows = self.next_text < self.texts.len()
+            || self.silence.get(self.next_text).is_some_and(|&p| p > 0);
+        let timing = self
+            .timeline
+            .sentence(s.index, &s.text, s.faded + audio.len(), more_follows);
+        self.captions.push(timing.clone());
+        self.captions_due.push(timing);
         if s.cut {
             tracing::info!(
                 chunk = s.index,
