@@ -13,6 +13,8 @@ mod fixture;
 mod signal;
 mod strings;
 mod suite;
+#[cfg(feature = "candle")]
+mod weights;
 
 pub use alloc::{peak, CountingAlloc, REFUSED};
 pub use array::{Actual, Array};
@@ -23,3 +25,5 @@ pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
 pub use signal::speech_like;
 pub use strings::{pack_ids, pack_strings};
 pub use suite::{Row, Status, Suite};
+#[cfg(feature = "candle")]
+pub use weights::{state_dict, uniform};
