@@ -296,6 +296,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
                         model = %model_id(p.model),
                         device = %name,
                         from = %p.src.describe(),
+                        t3_weights = %format,
                         secs = format!("{:.1}", t0.elapsed().as_secs_f64()),
                         "model loaded"
                     );
