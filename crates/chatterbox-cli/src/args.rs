@@ -394,6 +394,11 @@ pub struct SpeakArgs {
     /// the first chunk of tokens instead of after each whole sentence (-o - to play it live).
     #[arg(long, long_help = STREAM_HELP)]
     pub stream: bool,
+    /// Write the timings of the speech to this file: SubRip (.srt) or WebVTT (.vtt), a cue per
+    /// sentence, or JSON (.json) with each word's times too (estimated inside its sentence).
+    /// Works with --stream. Pauses and SSML in the text: see the README's controls section.
+    #[arg(long, value_name = "FILE")]
+    pub captions: Option<PathBuf>,
     /// Storage of T3's weights: q8 (CPU only, about 2x faster decode), q4, bf16, f32 (exact) or
     /// auto (f32).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE", help_heading = "Model, device and output")]

@@ -9,6 +9,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 mod args;
+mod captions;
 mod device;
 mod hub;
 mod input;

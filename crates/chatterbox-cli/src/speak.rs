@@ -12,8 +12,8 @@ use crate::{device, hub, japanese, preflight, watermark};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{
     Audio, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
-    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SpeechReport, SpeechStream,
-    Truncation, Variant, Watermarker, WeightFormat,
+    Conditionals, GenerateOptions, MultilingualT3, Progress as Event, SentenceTiming, SpeechReport,
+    SpeechStream, Truncation, Variant, Watermarker, WeightFormat,
 };
 use indicatif::ProgressBar;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -228,6 +228,15 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     // Every cheap check first: nothing expensive runs before they pass.
     device::check_available(rt.device)?;
     let out = Output::check(&rt.output)?;
+    if let Some(path) = &args.captions {
+        crate::captions::CaptionFormat::of(path)?;
+        Output::check(path).context("--captions")?;
+        if let Output::File(o) = &out {
+            if same_file_or_equal(o, path) {
+                bail!("--captions and -o are the same file {}", path.display());
+            }
+        }
+    }
     let save_voice = match &args.save_voice {
         Some(p) => {
             if args.voice.is_none() {
@@ -361,13 +370,16 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         quiet: rt.quiet,
         max_new_tokens: opts.max_new_tokens,
     };
-    let first_audio = if args.stream {
+    let (first_audio, timings) = if args.stream {
         speak_streaming(&tts, &text, &opts, &progress, &mut sink, started, &cuts)?
     } else {
-        speak_whole(&tts, &text, &opts, &progress, &mut sink, &out, &cuts)?;
-        None
+        let timings = speak_whole(&tts, &text, &opts, &progress, &mut sink, &out, &cuts)?;
+        (None, timings)
     };
     let samples = sink.finish()?;
+    if let Some(path) = &args.captions {
+        crate::captions::write(path, &timings, ChatterboxTts::SAMPLE_RATE)?;
+    }
     let took = started.elapsed();
     let secs = samples as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
     let mut line = summary(&out, secs, took);
@@ -427,7 +439,8 @@ fn truncation_warning(index: usize, text: &str, total: usize, max_new_tokens: us
     )
 }
 
-/// Speaks `text` sentence chunk by sentence chunk, each written once it is synthesised.
+/// Speaks `text` sentence chunk by sentence chunk, each written once it is synthesised;
+/// returns the sentences' timings.
 fn speak_whole(
     tts: &Tts,
     text: &str,
@@ -436,7 +449,7 @@ fn speak_whole(
     sink: &mut Sink,
     out: &Output,
     cuts: &Cuts<'_>,
-) -> Result<()> {
+) -> Result<Vec<SentenceTiming>> {
     let mut bars = Bars::new(progress, opts.max_new_tokens);
     let mut write_error = None;
     let result = tts.generate_stream(text, opts, &mut |e| bars.event(e), &mut |samples| {
@@ -457,11 +470,12 @@ fn speak_whole(
     for cut in &report.truncated {
         cuts.warn(cut, report.sentences);
     }
-    Ok(())
+    Ok(report.captions)
 }
 
 /// Speaks `text` token by token (`--stream`), each chunk of audio written and flushed as it
-/// comes; returns when the first audio came, counted from `started`.
+/// comes; returns when the first audio came, counted from `started`, and the sentences'
+/// timings.
 fn speak_streaming(
     tts: &Tts,
     text: &str,
@@ -470,16 +484,17 @@ fn speak_streaming(
     sink: &mut Sink,
     started: Instant,
     cuts: &Cuts<'_>,
-) -> Result<Option<Duration>> {
+) -> Result<(Option<Duration>, Vec<SentenceTiming>)> {
     let bars = Mutex::new(Bars::new(progress, opts.max_new_tokens));
     let lock = || bars.lock().unwrap_or_else(PoisonError::into_inner);
-    let result = (|| -> Result<Option<Duration>> {
+    let result = (|| -> Result<(Option<Duration>, Vec<SentenceTiming>)> {
         let stream = tts
             .stream(text, opts)
             .context("speech generation failed")?
             .with_progress(|e| lock().event(e));
         let total = stream.sentences();
         let mut first = None;
+        let mut timings = Vec::new();
         // A write error returns here, which drops the stream: no more tokens are drawn.
         for chunk in stream {
             let chunk = chunk.context("speech generation failed")?;
@@ -492,8 +507,9 @@ fn speak_streaming(
             for cut in &chunk.truncated {
                 cuts.warn(cut, total);
             }
+            timings.extend(chunk.captions);
         }
-        Ok(first)
+        Ok((first, timings))
     })();
     lock().clear();
     result

@@ -1,0 +1,252 @@
+//! `chatterbox speak --captions FILE` on the tiny random English checkpoint of the committed
+//! pipeline fixtures: SRT, WebVTT and JSON by extension, with and without `--stream`, the
+//! timings inside the audio and in order, every word once; and a text's `[pause 500ms]` as
+//! half a second of exact silence in the file.
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+type R<T> = anyhow::Result<T>;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
+}
+
+/// The english case's tiny checkpoint in the hub layout, and its reference clip.
+fn setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
+    let dir = tmp.join("ckpt");
+    std::fs::create_dir(&dir)?;
+    let t: HashMap<String, Tensor> = candle_core::safetensors::load(
+        fixtures().join("pipeline/english.safetensors"),
+        &Device::Cpu,
+    )?;
+    for (prefix, file) in [
+        ("t3.", "t3_cfg.safetensors"),
+        ("ve.", "ve.safetensors"),
+        ("s3gen.", "s3gen.safetensors"),
+    ] {
+        let part: HashMap<String, Tensor> = t
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+            .collect();
+        candle_core::safetensors::save(&part, dir.join(file))?;
+    }
+    std::fs::copy(
+        fixtures().join("text/assets/en/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )?;
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("pipeline/english.json"),
+    )?)?;
+    std::fs::write(
+        dir.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&fx["config"]["chatterbox"])?,
+    )?;
+    let clip = t
+        .get("in.ref_24k")
+        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let ref_wav = tmp.join("ref.wav");
+    chatterbox_dsp::audio::write_wav(
+        &ref_wav,
+        &chatterbox_dsp::Audio::new(clip, 24_000),
+        chatterbox_dsp::WavFormat::Float32,
+    )?;
+    Ok((dir, ref_wav))
+}
+
+fn chatterbox(args: &[&str]) -> R<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
+        .args(args)
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()?)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+/// Seconds of `HH:MM:SS,mmm` (or `.mmm`).
+fn clock(s: &str) -> R<f64> {
+    let parts: Vec<&str> = s.split([':', ',', '.']).collect();
+    anyhow::ensure!(parts.len() == 4, "clock {s}");
+    let n: Vec<f64> = parts
+        .iter()
+        .map(|p| p.parse::<f64>())
+        .collect::<Result<_, _>>()?;
+    Ok(n[0] * 3600.0 + n[1] * 60.0 + n[2] + n[3] / 1000.0)
+}
+
+/// The `start --> end` lines of an SRT or WebVTT file, with the cue text after each.
+fn cues(text: &str) -> R<Vec<(f64, f64, String)>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some((a, b)) = l.split_once(" --> ") {
+            let cue = lines.get(i + 1).copied().unwrap_or_default().to_string();
+            out.push((clock(a)?, clock(b)?, cue));
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn captions_in_three_formats_with_and_without_stream() -> R<()> {
+    let tmp = tempfile::tempdir()?;
+    let (dir, ref_wav) = setup(tmp.path())?;
+    let text = "Hello there. [pause 500ms] How are you?";
+    let want_words = ["Hello", "there.", "How", "are", "you?"];
+    for stream in [false, true] {
+        let tag = if stream { "stream" } else { "whole" };
+        let wav = tmp.path().join(format!("{tag}.wav"));
+        let json = tmp.path().join(format!("{tag}.json"));
+        let mut args = vec![
+            "speak",
+            text,
+            "--model-dir",
+            p(&dir),
+            "--device",
+            "cpu",
+            "--voice",
+            p(&ref_wav),
+            "--max-new-tokens",
+            "12",
+            "--seed",
+            "3",
+            "--quiet",
+            "--wav-format",
+            "f32",
+            "-o",
+            p(&wav),
+            "--captions",
+            p(&json),
+        ];
+        if stream {
+            args.push("--stream");
+        }
+        let o = chatterbox(&args)?;
+        anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let audio = chatterbox_dsp::audio::load(&wav)?.samples;
+        let secs = audio.len() as f64 / 24_000.0;
+        // the pause: 12000 exact zeros at least (S3Gen's 20 ms of leading silence joins it)
+        let mut run = 0usize;
+        let mut longest = 0;
+        for &v in &audio {
+            run = if v == 0.0 { run + 1 } else { 0 };
+            longest = longest.max(run);
+        }
+        assert!(
+            (12_000..12_000 + 1_000).contains(&longest),
+            "{tag}: {longest}"
+        );
+
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+        assert_eq!(v["sample_rate"], 24_000);
+        let sentences = v["sentences"].as_array().cloned().unwrap_or_default();
+        assert_eq!(sentences.len(), 2, "{tag}: {v}");
+        assert_eq!(sentences[0]["text"], "Hello there.");
+        assert_eq!(sentences[1]["text"], "How are you?");
+        let mut words = Vec::new();
+        let mut last = 0.0;
+        for s in &sentences {
+            let (start, end) = (
+                s["start"].as_f64().unwrap_or(-1.0),
+                s["end"].as_f64().unwrap_or(-1.0),
+            );
+            assert!(
+                start >= last && end > start && end <= secs + 0.0005,
+                "{tag}: {s}"
+            );
+            let mut at = start;
+            for w in s["words"].as_array().cloned().unwrap_or_default() {
+                assert_eq!(w["estimated"], true);
+                let (ws, we) = (
+                    w["start"].as_f64().unwrap_or(-1.0),
+                    w["end"].as_f64().unwrap_or(-1.0),
+                );
+                assert!(
+                    (ws - at).abs() < 0.0015 && we > ws && we <= end + 0.0005,
+                    "{w}"
+                );
+                at = we;
+                words.push(w["word"].as_str().unwrap_or_default().to_string());
+            }
+            last = end;
+        }
+        assert_eq!(words, want_words);
+        // the last sentence ends with the audio; the pause lies between the two
+        assert!((last - secs).abs() < 0.0006, "{tag}: {last} vs {secs}");
+        let gap = sentences[1]["start"].as_f64().unwrap_or(0.0)
+            - sentences[0]["end"].as_f64().unwrap_or(0.0);
+        assert!((gap - 0.55).abs() < 0.0015, "{tag}: gap {gap}");
+    }
+
+    // SRT and WebVTT: a cue per sentence, the same times
+    let (srt, vtt, wav) = (
+        tmp.path().join("a.srt"),
+        tmp.path().join("a.VTT"),
+        tmp.path().join("a.wav"),
+    );
+    for captions in [&srt, &vtt] {
+        let o = chatterbox(&[
+            "speak",
+            text,
+            "--model-dir",
+            p(&dir),
+            "--device",
+            "cpu",
+            "--voice",
+            p(&ref_wav),
+            "--max-new-tokens",
+            "12",
+            "--seed",
+            "3",
+            "--quiet",
+            "-o",
+            p(&wav),
+            "--captions",
+            p(captions),
+        ])?;
+        anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let srt_text = std::fs::read_to_string(&srt)?;
+    let vtt_text = std::fs::read_to_string(&vtt)?;
+    assert!(srt_text.starts_with("1\n00:00:00,000 --> "), "{srt_text}");
+    assert!(
+        vtt_text.starts_with("WEBVTT\n\n00:00:00.000 --> "),
+        "{vtt_text}"
+    );
+    let (a, b) = (cues(&srt_text)?, cues(&vtt_text)?);
+    assert_eq!(a, b);
+    let texts: Vec<&str> = a.iter().map(|c| c.2.as_str()).collect();
+    assert_eq!(texts, ["Hello there.", "How are you?"]);
+    assert!(a[0].1 < a[1].0);
+    Ok(())
+}
+
+#[test]
+fn a_captions_file_of_unknown_format_is_refused_before_loading() -> R<()> {
+    let tmp = tempfile::tempdir()?;
+    let out = tmp.path().join("out.wav");
+    let o = chatterbox(&[
+        "speak",
+        "Hi.",
+        "--model-dir",
+        p(&tmp.path().join("missing")),
+        "-o",
+        p(&out),
+        "--captions",
+        p(&tmp.path().join("subs.txt")),
+    ])?;
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(".srt, .vtt or .json"), "{err}");
+    assert!(!out.exists());
+    Ok(())
+}
