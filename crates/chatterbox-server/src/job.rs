@@ -14,6 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) enum Event {
     /// 24 kHz samples that are final.
     Audio(Vec<f32>),
+    /// The timings of sentences whose speech ends in the next `Audio` (sent before it).
+    Timings(Vec<chatterbox_pipeline::SentenceTiming>),
     /// The generation failed or timed out; nothing follows.
     Error(ApiError),
     /// The audio is complete.

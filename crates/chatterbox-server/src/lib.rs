@@ -2,6 +2,7 @@
 
 mod app;
 mod auth;
+mod captioned;
 mod config;
 mod encoder;
 mod engine;

@@ -27,6 +27,9 @@ pub struct SpeechChunk {
     /// (the model never drew its stop token: see `chatterbox_pipeline::Truncation`). The
     /// server tells the client (`X-Chatterbox-Truncated`, or the SSE `done` event).
     pub truncated: bool,
+    /// The timings of the sentences whose speech ended with this chunk (see
+    /// `chatterbox_pipeline::AudioChunk::captions`); empty from models that give none.
+    pub captions: Vec<chatterbox_pipeline::SentenceTiming>,
 }
 
 impl From<Vec<f32>> for SpeechChunk {
@@ -35,6 +38,7 @@ impl From<Vec<f32>> for SpeechChunk {
         Self {
             samples,
             truncated: false,
+            captions: Vec::new(),
         }
     }
 }
@@ -138,6 +142,9 @@ pub enum BatchItem {
     },
     /// The request failed and has left the batch.
     Failed(ModelError),
+    /// The timings of sentences whose speech ended in the request's next
+    /// [`BatchItem::Audio`] (handed on before it).
+    Timings(Vec<chatterbox_pipeline::SentenceTiming>),
 }
 
 /// Requests spoken together by one model (continuous batching): added at any step, each in

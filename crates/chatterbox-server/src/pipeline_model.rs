@@ -122,11 +122,16 @@ impl RequestBatch for PipelineBatch<'_> {
     fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
         self.batch.step_with(|id, o| {
             let item = match o {
-                BatchOutput::Chunk(c) => BatchItem::Audio {
-                    truncated: !c.truncated.is_empty(),
-                    samples: c.samples,
-                    last: c.is_last,
-                },
+                BatchOutput::Chunk(c) => {
+                    if !c.captions.is_empty() {
+                        emit(id, BatchItem::Timings(c.captions));
+                    }
+                    BatchItem::Audio {
+                        truncated: !c.truncated.is_empty(),
+                        samples: c.samples,
+                        last: c.is_last,
+                    }
+                }
                 BatchOutput::Failed(e) => BatchItem::Failed(Box::new(e)),
                 _ => return,
             };
@@ -219,6 +224,7 @@ impl SpeechModel for PipelineModel {
                 c.map(|c| SpeechChunk {
                     truncated: !c.truncated.is_empty(),
                     samples: c.samples,
+                    captions: c.captions,
                 })
                 .map_err(ModelError::from)
             })))

@@ -104,6 +104,9 @@ pub struct SpeechRequest {
     /// `instructions`, as given: accepted and ignored (no Chatterbox model follows
     /// instructions).
     pub instructions: Option<String>,
+    /// `timestamps` (Chatterbox's, default `false`): with `stream_format: "sse"`, a
+    /// `speech.audio.timestamps` event follows each chunk whose audio ends sentences.
+    pub timestamps: bool,
 }
 
 impl SpeechRequest {
@@ -167,6 +170,16 @@ impl SpeechRequest {
             }
         }
         let instructions = string(&obj, "instructions")?;
+        let timestamps = match obj.get("timestamps") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "timestamps",
+                    "`timestamps` must be true or false",
+                ))
+            }
+        };
         let mut ranged = [None; OPTION_RANGES.len()];
         for (slot, &(name, low, high, open)) in ranged.iter_mut().zip(OPTION_RANGES.iter()) {
             *slot = number(&obj, name)?;
@@ -208,6 +221,7 @@ impl SpeechRequest {
             stream,
             overrides,
             instructions,
+            timestamps,
         })
     }
 

@@ -8,7 +8,7 @@ use crate::engine::{DeviceModels, Engine};
 use crate::error::{ApiError, ServerError};
 use crate::listen::{self, Timeouts};
 use crate::voices::VoiceLibrary;
-use crate::{auth, info, speech, voices_api};
+use crate::{auth, captioned, info, speech, voices_api};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use axum::Router;
@@ -144,6 +144,16 @@ fn router(app: Arc<App>) -> Router {
         .route(
             "/v1/audio/speech",
             post(speech::speech).layer(DefaultBodyLimit::max(app.config.max_json_bytes)),
+        )
+        .route(
+            "/v1/audio/captioned_speech",
+            post(captioned::captioned_speech)
+                .layer(DefaultBodyLimit::max(app.config.max_json_bytes)),
+        )
+        .route(
+            "/dev/captioned_speech",
+            post(captioned::captioned_speech)
+                .layer(DefaultBodyLimit::max(app.config.max_json_bytes)),
         )
         .route("/v1/models", get(info::models))
         .route(

@@ -24,6 +24,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chatterbox_pipeline::SentenceTiming;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -47,7 +48,7 @@ pub(crate) async fn speech(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let id = id.map_or_else(|| app.request_id(), |Extension(RequestId(id))| id);
-    match handle(app, id, body).await {
+    match handle(app, id, body, Answer::Speech).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -83,28 +84,71 @@ pub(crate) fn body_error(
 struct Events {
     rx: UnboundedReceiver<Event>,
     deadline: tokio::time::Instant,
+    /// Sentence timings received and not yet taken ([`Event::Timings`] never leaves
+    /// [`Events::next`]: they gather here).
+    timings: Vec<SentenceTiming>,
 }
 
 impl Events {
-    /// The next event; a timeout or a worker gone without a word become errors.
-    async fn next(&mut self) -> Event {
-        match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
-            Ok(Some(e)) => e,
-            Ok(None) => Event::Error(ApiError::internal("the generation ended unexpectedly")),
-            Err(_) => Event::Error(ApiError::timeout()),
+    /// The next event other than timings (those are kept in `timings`); a timeout or a
+    /// worker gone without a word become errors.
+    async fn next(&mut self) -> Next {
+        loop {
+            match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
+                Ok(Some(Event::Timings(t))) => self.timings.extend(t),
+                Ok(Some(Event::Audio(s))) => return Next::Audio(s),
+                Ok(Some(Event::Done { truncated })) => return Next::Done { truncated },
+                Ok(Some(Event::Error(e))) => return Next::Error(e),
+                Ok(None) => {
+                    return Next::Error(ApiError::internal("the generation ended unexpectedly"))
+                }
+                Err(_) => return Next::Error(ApiError::timeout()),
+            }
         }
     }
 }
 
-async fn handle(
+/// A job's event as [`Events::next`] hands it on (timings gathered aside).
+enum Next {
+    /// See [`Event::Audio`].
+    Audio(Vec<f32>),
+    /// See [`Event::Done`].
+    Done {
+        /// See [`Event::Done`].
+        truncated: bool,
+    },
+    /// See [`Event::Error`].
+    Error(ApiError),
+}
+
+/// What the request answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// `/v1/audio/speech`: a file, an audio stream or SSE events, as `stream_format` asks.
+    Speech,
+    /// `/v1/audio/captioned_speech`: one JSON object with the whole file and the timings
+    /// ([`crate::captioned`]).
+    Captioned,
+}
+
+/// A speech request, answered as `answer` says.
+pub(crate) async fn handle(
     app: Arc<App>,
     id: u64,
     body: Result<Bytes, BytesRejection>,
+    answer: Answer,
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     let body =
         body.map_err(|e| body_error(e.status(), e.body_text(), &e, app.config.max_json_bytes))?;
     let req = SpeechRequest::from_json(&body, MAX_INPUT_CHARS)?;
+    if answer == Answer::Speech && req.timestamps && req.stream != StreamFormat::Sse {
+        return Err(ApiError::invalid(
+            "timestamps",
+            "`timestamps` come as SSE events: use `stream_format: \"sse\"`, or POST \
+             /v1/audio/captioned_speech for the audio and timestamps in one JSON object",
+        ));
+    }
     let model = app.resolve_model(&req.model)?;
     let voice = app.resolve_voice(req.voice.as_deref(), model)?;
     let ignored = req.ignored_by(model);
@@ -133,11 +177,12 @@ async fn handle(
     let mut events = Events {
         rx,
         deadline: tokio::time::Instant::from_std(deadline) + GRACE,
+        timings: Vec::new(),
     };
     let (first, done, truncated) = match events.next().await {
-        Event::Audio(s) => (s, false, false),
-        Event::Done { truncated } => (Vec::new(), true, truncated),
-        Event::Error(e) => return Err(e),
+        Next::Audio(s) => (s, false, false),
+        Next::Done { truncated } => (Vec::new(), true, truncated),
+        Next::Error(e) => return Err(e),
     };
     app.metrics.first_audio(t0.elapsed());
     let run = Run {
@@ -149,10 +194,14 @@ async fn handle(
         chars,
         truncated,
     };
-    let mut r = match req.stream {
-        StreamFormat::File => whole_file(run, req.format, first, done).await?,
-        StreamFormat::Audio | StreamFormat::Sse => {
-            streamed(run, req.format, req.stream, first, done)?
+    let mut r = match (answer, req.stream) {
+        (Answer::Captioned, _) => {
+            let (bytes, run) = whole_bytes(run, req.format, first, done).await?;
+            crate::captioned::response(req.format, &bytes, &run.events.timings, run.truncated)
+        }
+        (Answer::Speech, StreamFormat::File) => whole_file(run, req.format, first, done).await?,
+        (Answer::Speech, StreamFormat::Audio | StreamFormat::Sse) => {
+            streamed(run, req.format, req.stream, req.timestamps, first, done)?
         }
     };
     if !ignored.is_empty() {
@@ -187,27 +236,12 @@ impl Run {
 }
 
 async fn whole_file(
-    mut run: Run,
+    run: Run,
     format: AudioFormat,
-    mut samples: Vec<f32>,
-    mut done: bool,
+    samples: Vec<f32>,
+    done: bool,
 ) -> Result<Response, ApiError> {
-    while !done {
-        match run.events.next().await {
-            Event::Audio(s) => samples.extend(s),
-            Event::Done { truncated } => {
-                done = true;
-                run.truncated = truncated;
-            }
-            Event::Error(e) => return Err(e),
-        }
-    }
-    run.samples = samples.len();
-    let bytes = tokio::task::spawn_blocking(move || encode_file(format, &samples))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    run.finished();
+    let (bytes, run) = whole_bytes(run, format, samples, done).await?;
     let mut r = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
     if run.truncated {
         r.headers_mut()
@@ -216,10 +250,38 @@ async fn whole_file(
     Ok(r)
 }
 
+/// The whole audio, encoded as one file.
+async fn whole_bytes(
+    mut run: Run,
+    format: AudioFormat,
+    mut samples: Vec<f32>,
+    mut done: bool,
+) -> Result<(Vec<u8>, Run), ApiError> {
+    while !done {
+        match run.events.next().await {
+            Next::Audio(s) => samples.extend(s),
+            Next::Done { truncated } => {
+                done = true;
+                run.truncated = truncated;
+            }
+            Next::Error(e) => return Err(e),
+        }
+    }
+    run.samples = samples.len();
+    let bytes = tokio::task::spawn_blocking(move || encode_file(format, &samples))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    run.finished();
+    Ok((bytes, run))
+}
+
 /// What the streamed body is made of, before framing.
 enum Piece {
     /// Encoded bytes (never empty).
     Audio(Vec<u8>),
+    /// Sentence timings (never empty), for a `timestamps` event.
+    Timestamps(Vec<SentenceTiming>),
     /// The audio is complete; whether it was cut at the token cap.
     End {
         /// See [`Run::truncated`].
@@ -243,6 +305,8 @@ struct Streaming {
     finished: bool,
     /// Nothing more to send.
     over: bool,
+    /// Whether the request asked for `timestamps` events.
+    timestamps: bool,
 }
 
 impl Streaming {
@@ -262,13 +326,32 @@ impl Streaming {
         Some(Piece::Failed(e))
     }
 
+    /// The timings gathered so far, when the request wants them.
+    fn pending_timestamps(&mut self) -> Option<Piece> {
+        if !self.timestamps || self.run.events.timings.is_empty() {
+            return None;
+        }
+        Some(Piece::Timestamps(std::mem::take(
+            &mut self.run.events.timings,
+        )))
+    }
+
     async fn next_piece(&mut self) -> Option<Piece> {
         if self.over {
             return None;
         }
+        if self.start.is_none() {
+            // a chunk's timings follow its audio
+            if let Some(p) = self.pending_timestamps() {
+                return Some(p);
+            }
+        }
         let mut out = self.start.take().unwrap_or_default();
         loop {
             if self.finished {
+                if let Some(p) = self.pending_timestamps() {
+                    return Some(p);
+                }
                 self.over = true;
                 self.run.finished();
                 return Some(Piece::End {
@@ -289,16 +372,16 @@ impl Streaming {
                     return Some(Piece::Audio(out));
                 }
                 None => match self.run.events.next().await {
-                    Event::Audio(s) => {
+                    Next::Audio(s) => {
                         self.run.samples += s.len();
                         s
                     }
-                    Event::Done { truncated } => {
+                    Next::Done { truncated } => {
                         self.done = true;
                         self.run.truncated = truncated;
                         continue;
                     }
-                    Event::Error(e) => return self.fail(e),
+                    Next::Error(e) => return self.fail(e),
                 },
             };
             match self.enc.push(&samples) {
@@ -316,6 +399,7 @@ fn streamed(
     run: Run,
     format: AudioFormat,
     framing: StreamFormat,
+    timestamps: bool,
     first: Vec<f32>,
     done: bool,
 ) -> Result<Response, ApiError> {
@@ -329,6 +413,7 @@ fn streamed(
         done,
         finished: false,
         over: false,
+        timestamps: timestamps && framing == StreamFormat::Sse,
     };
     let sse_mode = framing == StreamFormat::Sse;
     let body = futures_util::stream::unfold(state, move |mut st| async move {
@@ -336,6 +421,9 @@ fn streamed(
         let item: Result<Bytes, std::io::Error> = match (piece, sse_mode) {
             (Piece::Audio(b), false) => Ok(Bytes::from(b)),
             (Piece::Audio(b), true) => Ok(Bytes::from(sse::delta(&b))),
+            (Piece::Timestamps(t), true) => Ok(Bytes::from(sse::timestamps(&t))),
+            // never made: timestamps are SSE only
+            (Piece::Timestamps(_), false) => Ok(Bytes::new()),
             (Piece::End { .. }, false) => return None,
             (Piece::End { truncated }, true) => Ok(Bytes::from(sse::done(chars, truncated))),
             // Aborts the chunked body: the client sees a truncated response, not a file

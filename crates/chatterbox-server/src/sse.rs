@@ -6,6 +6,10 @@
 //! `speech.audio.done` also carries Chatterbox's `"truncated"`: `true` when the speech of some
 //! sentence was cut at the token cap (`max_new_tokens`: the model never drew its stop token),
 //! else `false`. OpenAI's clients ignore the extra field.
+//!
+//! With Chatterbox's `"timestamps": true`, a `speech.audio.timestamps` event follows the delta
+//! of each chunk whose audio ends one or more sentences: their text, start and end, and their
+//! words' (estimated) times, in seconds from the start of the speech.
 use crate::error::ApiError;
 use base64::Engine as _;
 
@@ -29,6 +33,16 @@ pub(crate) fn done(input_chars: usize, truncated: bool) -> Vec<u8> {
             "total_tokens": input_chars,
         },
         "truncated": truncated,
+    }))
+}
+
+/// A `speech.audio.timestamps` event: the sentences (with their words) whose speech ended in
+/// the audio sent so far, times in seconds from the start of the speech (see
+/// [`crate::captioned::sentences_json`]).
+pub(crate) fn timestamps(sentences: &[chatterbox_pipeline::SentenceTiming]) -> Vec<u8> {
+    event(&serde_json::json!({
+        "type": "speech.audio.timestamps",
+        "sentences": crate::captioned::sentences_json(sentences),
     }))
 }
 

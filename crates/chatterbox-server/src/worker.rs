@@ -377,6 +377,10 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
                 samples += chunk.samples.len();
                 chunks += 1;
                 truncated |= chunk.truncated;
+                if !chunk.captions.is_empty() && !send(Event::Timings(chunk.captions)) {
+                    tracing::info!(request = id, chunks, "client left: generation stopped");
+                    return;
+                }
                 if !send(Event::Audio(chunk.samples)) {
                     tracing::info!(request = id, chunks, "client left: generation stopped");
                     return;
@@ -577,6 +581,10 @@ fn serve_batch(
             let r = &*r;
             let Some(s) = r.speech() else { return };
             match item {
+                BatchItem::Timings(t) => {
+                    // a client gone is noticed with the audio that follows
+                    let _ = s.tx.send(Event::Timings(t));
+                }
                 BatchItem::Audio { samples, last, .. } => {
                     let sent = samples.is_empty() || s.tx.send(Event::Audio(samples)).is_ok();
                     if last {
