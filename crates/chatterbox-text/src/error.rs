@@ -60,6 +60,16 @@ pub enum TextError {
     /// A chunker configured with a character budget of zero.
     #[error("chunk budget must be at least one character")]
     ZeroBudget,
+    /// A pronunciation lexicon file ([`crate::Lexicon`]) with a malformed line.
+    #[error("lexicon {path}, line {line}: {message}")]
+    Lexicon {
+        /// The file (`<in memory>` for [`crate::Lexicon::parse`]).
+        path: PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// Pause tags or SSML that [`crate::parse_markup`] cannot read, or that ask for more
     /// silence than its bounds allow.
     #[error("markup at byte {offset}: {message}")]
