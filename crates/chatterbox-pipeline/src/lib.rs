@@ -64,3 +64,4 @@ pub use watermark::{
 pub use candle_core::{DType, Device};
 pub use chatterbox_dsp::Audio;
 pub use chatterbox_t3::{BatchOptions, QuantizeReport, Sampling, WeightFormat};
+pub use chatterbox_text::Lexicon;

@@ -5,6 +5,8 @@ use crate::checkpoint::Variant;
 use crate::error::invalid;
 use crate::stream_synth::StreamSchedule;
 use crate::Result;
+use chatterbox_text::Lexicon;
+use std::sync::Arc;
 
 /// Length of the linear crossfade between the audio of consecutive text chunks.
 pub const CROSSFADE_MS: u32 = 50;
@@ -64,6 +66,11 @@ pub struct GenerateOptions {
     /// [`crate::PipelineError::Cancelled`] before T3's next token or the next flow or vocoder
     /// call. Default none.
     pub cancel: Option<Cancel>,
+    /// Respellings applied to the text's words before anything else reads it (see
+    /// [`chatterbox_text::Lexicon`] for the file format and case rules; markup is never
+    /// respelled). The timings of [`crate::SpeechReport::captions`] show the text as spoken,
+    /// respellings included. Default none.
+    pub lexicon: Option<Arc<Lexicon>>,
 }
 
 impl Default for GenerateOptions {
@@ -92,6 +99,7 @@ impl GenerateOptions {
             crossfade_ms: CROSSFADE_MS,
             stream: StreamSchedule::new(vec![12, 36, 144, 576]),
             cancel: None,
+            lexicon: None,
         }
     }
 
@@ -143,6 +151,12 @@ impl GenerateOptions {
     /// Stops the generation when `cancel` is set (see [`GenerateOptions::cancel`]).
     pub fn with_cancel(mut self, cancel: Cancel) -> Self {
         self.cancel = Some(cancel);
+        self
+    }
+
+    /// Respells words with `lexicon` (see [`GenerateOptions::lexicon`]).
+    pub fn with_lexicon(mut self, lexicon: Arc<Lexicon>) -> Self {
+        self.lexicon = Some(lexicon);
         self
     }
 

@@ -4,7 +4,7 @@
 //! markup existed, with no pause, so its audio is unchanged.
 use crate::s3gen::S3GEN_SR;
 use crate::Result;
-use chatterbox_text::{has_markup, parse_markup, MarkupSegment};
+use chatterbox_text::{has_markup, parse_markup, Lexicon, MarkupSegment};
 
 /// Text chunks to speak and the silence around them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,10 +18,19 @@ pub(crate) struct SpeechPlan {
 
 /// The chunks and pauses of `text`, `chunks` splitting a text into sentence chunks (the
 /// models' `max_chunk_chars` splitting). Each text segment of the markup is split on its own,
-/// so a sentence never runs across a pause, `<p>` or `<s>`.
-pub(crate) fn plan(text: &str, chunks: impl Fn(&str) -> Result<Vec<String>>) -> Result<SpeechPlan> {
+/// so a sentence never runs across a pause, `<p>` or `<s>`. With a `lexicon`, each text
+/// segment is respelled first (the markup itself never is).
+pub(crate) fn plan(
+    text: &str,
+    lexicon: Option<&Lexicon>,
+    chunks: impl Fn(&str) -> Result<Vec<String>>,
+) -> Result<SpeechPlan> {
+    let respelled = |t: &str| lexicon.map(|l| l.apply(t));
     if !has_markup(text) {
-        let texts = chunks(text)?;
+        let texts = match respelled(text) {
+            Some(t) => chunks(&t)?,
+            None => chunks(text)?,
+        };
         let silence = vec![0; texts.len() + 1];
         return Ok(SpeechPlan { texts, silence });
     }
@@ -30,6 +39,7 @@ pub(crate) fn plan(text: &str, chunks: impl Fn(&str) -> Result<Vec<String>>) -> 
     for segment in parse_markup(text)? {
         match segment {
             MarkupSegment::Text(t) => {
+                let t = respelled(&t).unwrap_or(t);
                 for chunk in chunks(&t)? {
                     texts.push(chunk);
                     silence.push(0);

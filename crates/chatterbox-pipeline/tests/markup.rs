@@ -6,10 +6,11 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, ChatterboxTts, DType, Device, GenerateOptions, PipelineError, SentenceTiming,
+    Audio, ChatterboxTts, DType, Device, GenerateOptions, Lexicon, PipelineError, SentenceTiming,
     StreamSchedule,
 };
 use fuzz_support::{checkpoint_dir, pipeline_fixture};
+use std::sync::Arc;
 
 fn english(name: &str) -> (ChatterboxTts, std::path::PathBuf) {
     let dir = checkpoint_dir("english", name);
@@ -106,7 +107,10 @@ fn a_pause_is_exact_silence_between_the_sentences() {
     // middle of the fade out of it to the end
     let c = &report.captions;
     assert_eq!((c[0].start_sample, c[0].end_sample), (0, a - 600));
-    assert_eq!((c[1].start_sample, c[1].end_sample), (a + 12_600, wav.len()));
+    assert_eq!(
+        (c[1].start_sample, c[1].end_sample),
+        (a + 12_600, wav.len())
+    );
 
     // generate_stream: the same samples
     let mut streamed = Vec::new();
@@ -148,7 +152,10 @@ fn ssml_breaks_and_edges() {
     assert!(wav[wav.len() - 2_400..].iter().all(|&v| v == 0.0));
     assert_eq!(report.captions.len(), 1);
     let c = &report.captions[0];
-    assert_eq!((c.start_sample, c.end_sample), (6_000 + 600, 6_000 + a - 600));
+    assert_eq!(
+        (c.start_sample, c.end_sample),
+        (6_000 + 600, 6_000 + a - 600)
+    );
 
     // a pause alone is silence of its length
     let wav = tts.generate("[pause 1s]", &o).unwrap().samples;
@@ -160,7 +167,10 @@ fn ssml_breaks_and_edges() {
         .unwrap();
     assert_eq!(report.captions.len(), 1);
     assert_eq!(
-        (report.captions[0].start_sample, report.captions[0].end_sample),
+        (
+            report.captions[0].start_sample,
+            report.captions[0].end_sample
+        ),
         (0, audio.samples.len())
     );
 
@@ -177,5 +187,34 @@ fn ssml_breaks_and_edges() {
         }
         assert!(tts.stream(bad, &o).is_err());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lexicon_respells_words_but_never_markup() {
+    let (tts, dir) = english("markup-lexicon");
+    let lexicon = Arc::new(Lexicon::parse("gif = jif\npause = paws").unwrap());
+    let o = opts(5).with_lexicon(lexicon);
+    // the same audio as the respelled text without a lexicon
+    let (audio, report) = tts.generate_with_report("A gif.", &o, &mut |_| {}).unwrap();
+    assert_eq!(
+        audio.samples,
+        tts.generate("A jif.", &opts(5)).unwrap().samples
+    );
+    assert_eq!(report.captions[0].text, "A jif.");
+    // the pause tag is markup, not a word: still half a second of silence
+    let wav = tts
+        .generate("A gif. [pause 500ms] A gif.", &o)
+        .unwrap()
+        .samples;
+    let run = longest_zero_run(&wav).1;
+    assert!((12_000..13_000).contains(&run), "{run}");
+    // and the stream respells the same
+    let streamed: usize = tts
+        .stream("A gif.", &o)
+        .unwrap()
+        .map(|c| c.unwrap().samples.len())
+        .sum();
+    assert_eq!(streamed, audio.samples.len());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -560,7 +560,7 @@ impl TtsCore {
     ) -> Result<SpeechReport> {
         opts.validate()?;
         let conds = self.conds.as_ref().ok_or(PipelineError::NoConditionals)?;
-        let plan = crate::plan::plan(text, |t| self.text_chunks(t, opts))?;
+        let plan = crate::plan::plan(text, opts.lexicon.as_deref(), |t| self.text_chunks(t, opts))?;
         let chunks = &plan.texts;
         let seed = opts.seed.unwrap_or_else(rand::random);
         let fade = (opts.crossfade_ms as usize * S3GEN_SR as usize) / 1000;

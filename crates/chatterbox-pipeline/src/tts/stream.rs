@@ -220,7 +220,7 @@ impl<'a> SpeechStream<'a> {
         opts.stream
             .validate(core.s3gen.flow().config().token_mel_ratio)?;
         let language = core.language(opts)?;
-        let plan = crate::plan::plan(text, |t| core.text_chunks(t, opts))?;
+        let plan = crate::plan::plan(text, opts.lexicon.as_deref(), |t| core.text_chunks(t, opts))?;
         let cond_emb = if core.is_turbo() {
             core.t3.prepare_conditioning(&conds.t3)?
         } else {
