@@ -399,6 +399,11 @@ pub struct SpeakArgs {
     /// Works with --stream. Pauses and SSML in the text: see the README's controls section.
     #[arg(long, value_name = "FILE")]
     pub captions: Option<PathBuf>,
+    /// Pronunciations: a UTF-8 file of `word = respelling` lines (# comments), applied to the
+    /// text's whole words before it is spoken; a lower-case word matches in any case, a word
+    /// with a capital only as written.
+    #[arg(long, value_name = "FILE")]
+    pub lexicon: Option<PathBuf>,
     /// Storage of T3's weights: q8 (CPU only, about 2x faster decode), q4, bf16, f32 (exact) or
     /// auto (f32).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto", long_help = QUANTIZE_HELP, env = "CHATTERBOX_QUANTIZE", help_heading = "Model, device and output")]

@@ -253,6 +253,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         ("--voice-file", &args.voice_file),
         ("--file", &args.file),
         ("--config", &rt.config),
+        ("--lexicon", &args.lexicon),
     ] {
         if let Some(p) = path {
             inputs.push((option, p.as_path()));
@@ -281,7 +282,11 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         args.model == Model::Multilingual,
         args.kakasi_dict.as_deref(),
     )?;
-    let opts = options(args.model, &args.gen, language.as_deref(), rt.seed)?;
+    let mut opts = options(args.model, &args.gen, language.as_deref(), rt.seed)?;
+    if let Some(path) = &args.lexicon {
+        let lexicon = chatterbox_pipeline::Lexicon::from_file(path).context("--lexicon")?;
+        opts.lexicon = Some(Arc::new(lexicon));
+    }
     let text = read_text(args.text.as_deref(), args.file.as_deref())?;
     let voice_audio = match &args.voice {
         Some(p) => Some(load_audio(p, "voice clip")?),

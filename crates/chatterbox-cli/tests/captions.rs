@@ -1,7 +1,7 @@
 //! `chatterbox speak --captions FILE` on the tiny random English checkpoint of the committed
 //! pipeline fixtures: SRT, WebVTT and JSON by extension, with and without `--stream`, the
-//! timings inside the audio and in order, every word once; and a text's `[pause 500ms]` as
-//! half a second of exact silence in the file.
+//! timings inside the audio and in order, every word once; a text's `[pause 500ms]` as half
+//! a second of exact silence in the file; `--lexicon` respelling words.
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -248,5 +248,64 @@ fn a_captions_file_of_unknown_format_is_refused_before_loading() -> R<()> {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(".srt, .vtt or .json"), "{err}");
     assert!(!out.exists());
+    Ok(())
+}
+
+#[test]
+fn a_lexicon_respells_words_and_a_bad_one_is_refused_before_loading() -> R<()> {
+    let tmp = tempfile::tempdir()?;
+    let (dir, ref_wav) = setup(tmp.path())?;
+    let lexicon = tmp.path().join("lexicon.txt");
+    std::fs::write(&lexicon, "# test\ngif = jif\n")?;
+    let speak = |text: &str, out: &Path, extra: &[&str]| -> R<Output> {
+        let mut args = vec![
+            "speak",
+            text,
+            "--model-dir",
+            p(&dir),
+            "--device",
+            "cpu",
+            "--voice",
+            p(&ref_wav),
+            "--max-new-tokens",
+            "12",
+            "--seed",
+            "3",
+            "--quiet",
+            "--wav-format",
+            "f32",
+            "-o",
+            p(out),
+        ];
+        args.extend(extra);
+        chatterbox(&args)
+    };
+    let (a, b, json) = (
+        tmp.path().join("a.wav"),
+        tmp.path().join("b.wav"),
+        tmp.path().join("a.json"),
+    );
+    let o = speak(
+        "A gif.",
+        &a,
+        &["--lexicon", p(&lexicon), "--captions", p(&json)],
+    )?;
+    anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = speak("A jif.", &b, &[])?;
+    anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        chatterbox_dsp::audio::load(&a)?.samples,
+        chatterbox_dsp::audio::load(&b)?.samples
+    );
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    assert_eq!(v["sentences"][0]["text"], "A jif.");
+
+    std::fs::write(&lexicon, "gif = jif\nnot an entry\n")?;
+    let c = tmp.path().join("c.wav");
+    let o = speak("A gif.", &c, &["--lexicon", p(&lexicon)])?;
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--lexicon") && err.contains("line 2"), "{err}");
+    assert!(!c.exists());
     Ok(())
 }
