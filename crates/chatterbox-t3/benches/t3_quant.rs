@@ -1,6 +1,6 @@
 //! `cargo xtask bench t3_quant --threads 2 --no-reference`: speed and quality of T3's weight
 //! formats ([`WeightFormat`]: f32, q8, q4, bf16) on full-size seeded random weights, English
-//! (CFG) and Turbo, every format of a variant in the same run against the same f32 model.
+//! (CFG), Turbo and Nano, every format of a variant in the same run against the same f32 model.
 //!
 //! Per variant and format:
 //! - **speed**: decode time per token over 200 tokens with the default sampling (seeded), after
@@ -19,7 +19,7 @@
 //! norm weights and zero biases: random weights have no outliers and flat next-token
 //! distributions (mean entropy is reported), so they measure the arithmetic, not a trained
 //! model's sensitivity. `CHATTERBOX_T3_QUANT_FORMATS=q8,q4,bf16` picks formats (default q8,q4),
-//! `CHATTERBOX_T3_BENCH_ONLY=en|turbo` a variant, `CHATTERBOX_T3_QUANT_TEXTS=N` the number of
+//! `CHATTERBOX_T3_BENCH_ONLY=en|turbo|nano` a variant, `CHATTERBOX_T3_QUANT_TEXTS=N` the number of
 //! texts (default 3), `CHATTERBOX_T3_BENCH_TOKENS=N` the tokens (default 200);
 //! `CHATTERBOX_T3_QUANT_SPEED_ONLY=1` times the formats listed (f32 only if listed) without
 //! the quality runs (for a profiler). The quality
@@ -230,6 +230,7 @@ fn main() -> anyhow::Result<()> {
     for (name, hp) in [
         ("en", T3Config::english_only()),
         ("turbo", T3Config::turbo()),
+        ("nano", T3Config::nano()),
     ] {
         if !only.is_empty() && only != name {
             continue;
