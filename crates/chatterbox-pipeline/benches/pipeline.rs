@@ -16,33 +16,9 @@ use chatterbox_dsp::features::{S3GenMel, S3GenMelConfig};
 use chatterbox_pipeline::{ChatterboxTts, S3GenOptions, SeededDraws, S3GEN_SR, S3_SR};
 use chatterbox_speaker::EmbedOptions;
 use chatterbox_t3::Sampling;
-use chatterbox_testkit::{speech_like, BenchRecord, Timing};
+use chatterbox_testkit::{env_usize, full_size_checkpoint, speech_like, BenchRun};
+use std::path::PathBuf;
 use std::time::Instant;
-
-struct Bench {
-    records: Vec<BenchRecord>,
-    device: String,
-    threads: usize,
-}
-
-impl Bench {
-    fn push(&mut self, stage: &str, shape: String, times: &mut [f64]) {
-        let timing = Timing::from_samples(times);
-        eprintln!(
-            "{stage:<16} {:>10.2} (median of {})  {shape}",
-            timing.median_ms, timing.iters
-        );
-        self.records.push(BenchRecord {
-            group: "pipeline".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: self.device.clone(),
-            threads: self.threads,
-            timing,
-            shape,
-        });
-    }
-}
 
 fn ms(t: Instant, dev: &Device) -> anyhow::Result<f64> {
     // orders the clock read after the timed device work
@@ -50,34 +26,14 @@ fn ms(t: Instant, dev: &Device) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `/tmp/chatterbox-bench-english`, written by parity/checkpoints.py (the parity venv) when
-/// missing; parity/bench/pipeline.py uses the same directory.
-fn default_checkpoint() -> anyhow::Result<std::path::PathBuf> {
-    let dir = std::path::PathBuf::from("/tmp/chatterbox-bench-english");
-    if !dir.join("t3_cfg.safetensors").is_file() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        eprintln!("writing a full-size random checkpoint to {}", dir.display());
-        let status = std::process::Command::new(root.join("parity/.venv/bin/python"))
-            .arg(root.join("parity/checkpoints.py"))
-            .args(["--variant", "english", "--size", "full", "--out"])
-            .arg(&dir)
-            .status()?;
-        anyhow::ensure!(status.success(), "parity/checkpoints.py failed ({status})");
-    }
-    Ok(dir)
-}
-
 fn main() -> anyhow::Result<()> {
     let dir = match std::env::var_os("CHATTERBOX_PIPELINE_CKPT") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => default_checkpoint()?,
+        Some(d) => PathBuf::from(d),
+        None => full_size_checkpoint(
+            PathBuf::from("/tmp/chatterbox-bench-english"),
+            "english",
+            "t3_cfg.safetensors",
+        )?,
     };
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
@@ -86,11 +42,7 @@ fn main() -> anyhow::Result<()> {
     };
     let runs = env_usize("CHATTERBOX_PIPELINE_BENCH_RUNS", 1);
     let n_tokens = env_usize("CHATTERBOX_PIPELINE_TOKENS", 200);
-    let mut bench = Bench {
-        records: Vec::new(),
-        device: device.into(),
-        threads,
-    };
+    let mut bench = BenchRun::new("pipeline", device, threads, 16);
     let mut tts = ChatterboxTts::from_dir(&dir, &dev, dtype)?;
     let wav_24k = speech_like(S3GEN_SR, 10.0);
     let wav_16k = speech_like(S3_SR, 10.0);
@@ -183,8 +135,8 @@ fn main() -> anyhow::Result<()> {
         "ratio: generation s / audio s".into(),
     ];
     for ((name, mut v), shape) in names.iter().zip(times).zip(shapes) {
-        bench.push(name, shape, &mut v);
+        bench.push_times(name, shape, &mut v);
     }
-    chatterbox_testkit::emit_records(&bench.records)?;
+    bench.emit()?;
     Ok(())
 }

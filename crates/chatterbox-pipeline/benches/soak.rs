@@ -40,7 +40,9 @@ use candle_core::{DType, Device};
 use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, Progress, VoiceClip, S3GEN_SR, S3_SR,
 };
-use chatterbox_testkit::{speech_like, BenchRecord, Timing};
+use chatterbox_testkit::{
+    checkpoint_dir, env_f64, env_usize, full_size_checkpoint, speech_like, BenchRun, MemorySample,
+};
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -195,102 +197,21 @@ macro_rules! model {
 model!(ChatterboxTts);
 model!(ChatterboxTurboTts);
 
-const MB: f64 = 1e6;
 /// Characters of English text spoken in a second, roughly.
 const CHARS_PER_S: f64 = 14.0;
 /// S3 speech tokens per second of audio.
 const TOKENS_PER_S: f64 = 25.0;
 
-/// The process's resident set, MB (NaN where the platform does not tell).
-fn rss_mb() -> f64 {
-    chatterbox_pipeline::resident_memory_bytes().map_or(f64::NAN, |b| b as f64 / MB)
-}
-
-/// The device's used memory (total - free), MB; `None` on the CPU.
-fn gpu_used_mb(dev: &Device) -> Option<f64> {
-    chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes as f64 / MB)
-}
-
-/// One memory sample, after the device has finished its queued work.
-#[derive(Clone, Copy)]
-struct Sample {
-    rss: f64,
-    gpu: Option<f64>,
-}
-
-fn sample(dev: &Device) -> Sample {
+/// One memory reading, after the device has finished its queued work.
+fn sample(dev: &Device) -> MemorySample {
     // orders the memory reading after the work queued so far (measurement only)
     let _ = dev.synchronize();
-    Sample {
-        rss: rss_mb(),
-        gpu: gpu_used_mb(dev),
-    }
-}
-
-fn fmt_gpu(gpu: Option<f64>) -> String {
-    gpu.map_or(String::new(), |g| format!(", GPU {g:.0} MB"))
-}
-
-struct Bench {
-    records: Vec<BenchRecord>,
-    device: String,
-    threads: usize,
-}
-
-impl Bench {
-    fn push(&mut self, stage: &str, shape: String, value: f64) {
-        eprintln!("{stage:<28} {value:>12.2}  {shape}");
-        self.records.push(BenchRecord {
-            group: "soak".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: self.device.clone(),
-            threads: self.threads,
-            timing: Timing::from_samples(&mut [value]),
-            shape,
-        });
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    let gpu = chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes);
+    MemorySample::from_bytes(chatterbox_pipeline::resident_memory_bytes(), gpu)
 }
 
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-/// `CHATTERBOX_SOAK_CKPT`, else `/tmp/chatterbox-bench-<variant>`; written by
-/// parity/checkpoints.py (the parity venv) when `marker` is missing there.
-fn checkpoint(variant: &str, marker: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("CHATTERBOX_SOAK_CKPT").map_or_else(
-        || PathBuf::from(format!("/tmp/chatterbox-bench-{variant}")),
-        PathBuf::from,
-    );
-    if !dir.join(marker).is_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        eprintln!(
-            "writing a full-size random {variant} checkpoint to {}",
-            dir.display()
-        );
-        let status = std::process::Command::new(root.join("parity/.venv/bin/python"))
-            .arg(root.join("parity/checkpoints.py"))
-            .args(["--variant", variant, "--size", "full", "--out"])
-            .arg(&dir)
-            .status()?;
-        anyhow::ensure!(status.success(), "parity/checkpoints.py failed ({status})");
-    }
-    Ok(dir)
 }
 
 /// Where the long text's memory series goes (see the module docs).
@@ -309,7 +230,7 @@ fn series_path() -> PathBuf {
 
 /// Phase 1: the long text through `generate_stream`, memory sampled after every text chunk.
 fn long_phase(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     model: &dyn Model,
     dev: &Device,
     variant: &str,
@@ -351,7 +272,7 @@ fn long_phase(
                 "chunk {}/{total}: {audio:.1} s of audio in {wall:.1} s, RSS {:.0} MB{}",
                 index + 1,
                 s.rss,
-                fmt_gpu(s.gpu)
+                s.gpu_text()
             );
             series.push((wall, audio, s));
             chunks = *total;
@@ -387,57 +308,57 @@ fn long_phase(
         "{variant}, {n_chars} chars, {chunks} chunks, max {} tokens each",
         opts.max_new_tokens
     );
-    let max = |f: &dyn Fn(&Sample) -> Option<f64>| {
+    let max = |f: &dyn Fn(&MemorySample) -> Option<f64>| {
         series
             .iter()
             .filter_map(|(_, _, s)| f(s))
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
     };
-    bench.push(
+    bench.push_value(
         "long_rss_start_mb",
         format!("MB: RSS before the long text ({what})"),
         start.rss,
     );
     if let Some(m) = max(&|s| Some(s.rss)) {
-        bench.push(
+        bench.push_value(
             "long_rss_max_mb",
             format!("MB: highest RSS over the long text ({what})"),
             m,
         );
     }
-    bench.push(
+    bench.push_value(
         "long_rss_end_mb",
         format!("MB: RSS after the long text ({what})"),
         end.rss,
     );
     if let (Some(g0), Some(g1), Some(gm)) = (start.gpu, end.gpu, max(&|s| s.gpu)) {
-        bench.push(
+        bench.push_value(
             "long_gpu_used_start_mb",
             format!("MB: GPU used before the long text ({what})"),
             g0,
         );
-        bench.push(
+        bench.push_value(
             "long_gpu_used_max_mb",
             format!("MB: highest GPU used over the long text ({what})"),
             gm,
         );
-        bench.push(
+        bench.push_value(
             "long_gpu_used_end_mb",
             format!("MB: GPU used after the long text ({what})"),
             g1,
         );
     }
-    bench.push(
+    bench.push_value(
         "long_audio_s",
         format!("seconds of audio (not ms) ({what})"),
         audio_s,
     );
-    bench.push(
+    bench.push_value(
         "long_wall_s",
         format!("seconds of wall time (not ms) ({what})"),
         wall,
     );
-    bench.push(
+    bench.push_value(
         "long_rtf",
         format!("ratio: wall s / audio s ({what})"),
         wall / audio_s,
@@ -447,7 +368,7 @@ fn long_phase(
 
 /// Phase 2: many short generations in one process; returns the RSS growth (MB).
 fn many_phase(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     model: &dyn Model,
     dev: &Device,
     variant: &str,
@@ -484,7 +405,7 @@ fn many_phase(
                 i + 1,
                 t0.elapsed().as_secs_f64(),
                 s.rss,
-                fmt_gpu(s.gpu)
+                s.gpu_text()
             );
         }
     }
@@ -496,50 +417,50 @@ fn many_phase(
         "{variant}, {n} generations, max {} tokens",
         opts.max_new_tokens
     );
-    bench.push(
+    bench.push_value(
         "many_rss_after_first_mb",
         format!("MB: RSS after generation 1 ({what})"),
         first.rss,
     );
-    bench.push(
+    bench.push_value(
         "many_rss_after_last_mb",
         format!("MB: RSS after generation {n} ({what})"),
         last.rss,
     );
-    bench.push(
+    bench.push_value(
         "many_rss_max_mb",
         format!("MB: highest RSS after a generation ({what})"),
         rss_max,
     );
     let growth = last.rss - first.rss;
-    bench.push(
+    bench.push_value(
         "many_rss_growth_mb",
         format!("MB: RSS after the last - after the first ({what})"),
         growth,
     );
     if let (Some(g0), Some(g1), Some(gm)) = (first.gpu, last.gpu, gpu_max) {
-        bench.push(
+        bench.push_value(
             "many_gpu_used_after_first_mb",
             format!("MB: GPU used after generation 1 ({what})"),
             g0,
         );
-        bench.push(
+        bench.push_value(
             "many_gpu_used_after_last_mb",
             format!("MB: GPU used after generation {n} ({what})"),
             g1,
         );
-        bench.push(
+        bench.push_value(
             "many_gpu_used_max_mb",
             format!("MB: highest GPU used after a generation ({what})"),
             gm,
         );
-        bench.push(
+        bench.push_value(
             "many_gpu_used_growth_mb",
             format!("MB: GPU used after the last - after the first ({what})"),
             g1 - g0,
         );
     }
-    bench.push(
+    bench.push_value(
         "many_wall_s",
         format!("seconds of wall time (not ms), {audio_s:.1} s of audio ({what})"),
         wall,
@@ -555,21 +476,21 @@ fn main() -> anyhow::Result<()> {
     };
     let variant = std::env::var("CHATTERBOX_SOAK_VARIANT").unwrap_or_else(|_| "turbo".into());
     let max_growth = env_f64("CHATTERBOX_SOAK_MAX_GROWTH_MB", 64.0);
-    let mut bench = Bench {
-        records: Vec::new(),
-        device: device.into(),
-        threads,
-    };
+    let mut bench = BenchRun::new("soak", device, threads, 28);
     let before_load = sample(&dev);
     eprintln!(
         "soak: {variant} on {device}, RSS {:.0} MB{} before loading",
         before_load.rss,
-        fmt_gpu(before_load.gpu)
+        before_load.gpu_text()
     );
     let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
     let model: Box<dyn Model> = match variant.as_str() {
         "english" => {
-            let dir = checkpoint("english", "t3_cfg.safetensors")?;
+            let dir = full_size_checkpoint(
+                checkpoint_dir("CHATTERBOX_SOAK_CKPT", "english"),
+                "english",
+                "t3_cfg.safetensors",
+            )?;
             let mut tts = ChatterboxTts::from_dir(&dir, &dev, dtype)?;
             tts.prepare_conditionals_from_clip(&clip, 0.5)?;
             Box::new(tts)
@@ -581,7 +502,11 @@ fn main() -> anyhow::Result<()> {
             } else {
                 "t3_turbo_v1.safetensors"
             };
-            let dir = checkpoint(&variant, marker)?;
+            let dir = full_size_checkpoint(
+                checkpoint_dir("CHATTERBOX_SOAK_CKPT", &variant),
+                &variant,
+                marker,
+            )?;
             let mut tts = ChatterboxTurboTts::from_dir(&dir, nano, &dev, dtype)?;
             tts.prepare_conditionals_from_clip(&clip, 0.0)?;
             Box::new(tts)
@@ -592,7 +517,7 @@ fn main() -> anyhow::Result<()> {
     eprintln!(
         "loaded with the voice prepared: RSS {:.0} MB{}",
         loaded.rss,
-        fmt_gpu(loaded.gpu)
+        loaded.gpu_text()
     );
 
     if !env_flag("CHATTERBOX_SOAK_SKIP_LONG") {
@@ -603,7 +528,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         Some(many_phase(&mut bench, model.as_ref(), &dev, &variant)?)
     };
-    chatterbox_testkit::emit_records(&bench.records)?;
+    bench.emit()?;
     if let Some(g) = growth {
         if g > max_growth {
             // A plain message and exit status 1, not an error with a backtrace.

@@ -39,8 +39,9 @@ use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, Conditionals, GenerateOptions, S3Gen, S3GenOptions,
     SeededDraws, SpeechStream, StreamSchedule, StreamingSynth, VoiceClip, S3GEN_SR, S3_SR,
 };
-use chatterbox_testkit::{speech_like, BenchRecord, Timing};
-use std::path::{Path, PathBuf};
+use chatterbox_testkit::{
+    checkpoint_dir, env_usize, full_size_checkpoint, speech_like, underrun_margin, BenchRun,
+};
 use std::time::Instant;
 
 /// Three sentences, 196 characters: one text chunk at `max_chunk_chars` 250.
@@ -107,62 +108,10 @@ macro_rules! model {
 model!(ChatterboxTts);
 model!(ChatterboxTurboTts);
 
-struct Bench {
-    records: Vec<BenchRecord>,
-    device: String,
-    threads: usize,
-}
-
-impl Bench {
-    fn push(&mut self, stage: &str, shape: String, times: &mut [f64]) {
-        let timing = Timing::from_samples(times);
-        eprintln!(
-            "{stage:<30} {:>10.2} (median of {})  {shape}",
-            timing.median_ms, timing.iters
-        );
-        self.records.push(BenchRecord {
-            group: "stream".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: self.device.clone(),
-            threads: self.threads,
-            timing,
-            shape,
-        });
-    }
-}
-
 fn ms(t: Instant, dev: &Device) -> anyhow::Result<f64> {
     // orders the clock read after the timed device work
     dev.synchronize()?;
     Ok(t.elapsed().as_secs_f64() * 1e3)
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `$env`, else `default`; written by parity/checkpoints.py (the parity venv) when `marker`
-/// is missing there. parity/bench/stream.py uses the same directories.
-fn checkpoint(env: &str, default: &str, variant: &str, marker: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
-    if !dir.join(marker).is_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        eprintln!(
-            "writing a full-size random {variant} checkpoint to {}",
-            dir.display()
-        );
-        let status = std::process::Command::new(root.join("parity/.venv/bin/python"))
-            .arg(root.join("parity/checkpoints.py"))
-            .args(["--variant", variant, "--size", "full", "--out"])
-            .arg(&dir)
-            .status()?;
-        anyhow::ensure!(status.success(), "parity/checkpoints.py failed ({status})");
-    }
-    Ok(dir)
 }
 
 struct Settings {
@@ -197,22 +146,8 @@ fn stream_once(
     Ok((chunks, ms(t, dev)?))
 }
 
-/// Worst playback margin (ms) of chunks after the first; see the module docs.
-fn underrun_margin(chunks: &[Arrival]) -> f64 {
-    let Some(&(first, _, _)) = chunks.first() else {
-        return 0.0;
-    };
-    chunks
-        .iter()
-        .skip(1)
-        .filter(|c| c.2 > 0)
-        .map(|&(at, offset, _)| first + offset as f64 * 1e3 / f64::from(S3GEN_SR) - at)
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
-        .unwrap_or(0.0)
-}
-
 fn bench_variant(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     name: &str,
     model: &dyn Model,
     dev: &Device,
@@ -244,7 +179,7 @@ fn bench_variant(
         n_samples = chunks.last().map_or(0, |c| c.1 + c.2);
         gen_samples = audio.samples.len();
         let ttfa = chunks.first().map_or(f64::NAN, |c| c.0);
-        let margin = underrun_margin(&chunks);
+        let margin = underrun_margin(&chunks, S3GEN_SR);
         let audio_s = n_samples as f64 / f64::from(S3GEN_SR);
         eprintln!(
             "{name} run {run}{}: ttfa {ttfa:.1} ms, stream {total:.1} ms, generate {gen:.1} ms, \
@@ -282,7 +217,7 @@ fn bench_variant(
         "seconds of streamed audio (not ms)".into(),
     ];
     for ((n, mut v), shape) in names.iter().zip(times).zip(shapes) {
-        bench.push(&format!("{name}_{n}"), shape, &mut v);
+        bench.push_times(&format!("{name}_{n}"), shape, &mut v);
     }
 
     // The flow's prefix cost: StreamingSynth alone, chunk by chunk.
@@ -341,7 +276,7 @@ fn bench_variant(
         shapes = shape;
     }
     for (k, (mut v, shape)) in per_chunk.into_iter().zip(shapes).enumerate() {
-        bench.push(&format!("{name}_synth_chunk_{k}"), shape, &mut v);
+        bench.push_times(&format!("{name}_synth_chunk_{k}"), shape, &mut v);
     }
     Ok(())
 }
@@ -368,16 +303,12 @@ fn main() -> anyhow::Result<()> {
         hops,
     };
     let only = std::env::var("CHATTERBOX_STREAM_ONLY").unwrap_or_default();
-    let mut bench = Bench {
-        records: Vec::new(),
-        device: device.into(),
-        threads,
-    };
+    let mut bench = BenchRun::new("stream", device, threads, 30);
     let clip = VoiceClip::from_parts(speech_like(S3GEN_SR, 10.0), speech_like(S3_SR, 10.0));
     if only.is_empty() || only == "english" {
-        let dir = checkpoint(
-            "CHATTERBOX_STREAM_CKPT_ENGLISH",
-            "/tmp/chatterbox-bench-english",
+        let env = "CHATTERBOX_STREAM_CKPT_ENGLISH";
+        let dir = full_size_checkpoint(
+            checkpoint_dir(env, "english"),
             "english",
             "t3_cfg.safetensors",
         )?;
@@ -386,9 +317,9 @@ fn main() -> anyhow::Result<()> {
         bench_variant(&mut bench, "english", &tts, &dev, &settings)?;
     }
     if only.is_empty() || only == "turbo" {
-        let dir = checkpoint(
-            "CHATTERBOX_STREAM_CKPT_TURBO",
-            "/tmp/chatterbox-bench-turbo",
+        let env = "CHATTERBOX_STREAM_CKPT_TURBO";
+        let dir = full_size_checkpoint(
+            checkpoint_dir(env, "turbo"),
             "turbo",
             "t3_turbo_v1.safetensors",
         )?;
@@ -396,6 +327,6 @@ fn main() -> anyhow::Result<()> {
         tts.prepare_conditionals_from_clip(&clip, 0.0)?;
         bench_variant(&mut bench, "turbo", &tts, &dev, &settings)?;
     }
-    chatterbox_testkit::emit_records(&bench.records)?;
+    bench.emit()?;
     Ok(())
 }

@@ -74,14 +74,15 @@ use chatterbox_server::{
     BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, PipelineModel, RequestBatch, Server,
     ServerConfig, SpeechModel, SAMPLE_RATE,
 };
-use chatterbox_testkit::{speech_like, BenchRecord, Timing};
+use chatterbox_testkit::{
+    checkpoint_dir, env_f64, env_usize, full_size_checkpoint, speech_like, underrun_margin,
+    BenchRun, MemorySample,
+};
 use chatterbox_watermark::PerthWatermarker;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const MB: f64 = 1e6;
 
 /// Sentence templates (`{p}` a person, `{c}` a place, `{t}` a thing, `{n}` a number): one
 /// text chunk each, 50 to 80 characters.
@@ -249,92 +250,12 @@ impl RequestBatch for CappedBatch<'_> {
     }
 }
 
-/// The process's resident set, MB (NaN where the platform does not tell).
-fn rss_mb() -> f64 {
-    chatterbox_pipeline::resident_memory_bytes().map_or(f64::NAN, |b| b as f64 / MB)
-}
-
-/// The device's used memory (total - free), MB; `None` on the CPU.
-fn gpu_used_mb(dev: &Device) -> Option<f64> {
-    chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes as f64 / MB)
-}
-
-/// One memory sample.
-#[derive(Clone, Copy)]
-struct Sample {
-    rss: f64,
-    gpu: Option<f64>,
-}
-
-fn sample(dev: &Device) -> Sample {
+/// One memory reading, after the device has finished its queued work.
+fn sample(dev: &Device) -> MemorySample {
     // orders the memory reading after the work queued so far (measurement only)
     let _ = dev.synchronize();
-    Sample {
-        rss: rss_mb(),
-        gpu: gpu_used_mb(dev),
-    }
-}
-
-fn fmt_gpu(gpu: Option<f64>) -> String {
-    gpu.map_or(String::new(), |g| format!(", GPU {g:.0} MB"))
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `CHATTERBOX_SERVE_CKPT`, else `/tmp/chatterbox-bench-<variant>`; written by
-/// parity/checkpoints.py (the parity venv) when `marker` is missing there.
-fn checkpoint(variant: &str, marker: &str) -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("CHATTERBOX_SERVE_CKPT").map_or_else(
-        || PathBuf::from(format!("/tmp/chatterbox-bench-{variant}")),
-        PathBuf::from,
-    );
-    if !dir.join(marker).is_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        eprintln!(
-            "writing a full-size random {variant} checkpoint to {}",
-            dir.display()
-        );
-        let status = std::process::Command::new(root.join("parity/.venv/bin/python"))
-            .arg(root.join("parity/checkpoints.py"))
-            .args(["--variant", variant, "--size", "full", "--out"])
-            .arg(&dir)
-            .status()?;
-        anyhow::ensure!(status.success(), "parity/checkpoints.py failed ({status})");
-    }
-    Ok(dir)
-}
-
-struct Bench {
-    records: Vec<BenchRecord>,
-    device: String,
-    threads: usize,
-}
-
-impl Bench {
-    fn push(&mut self, stage: &str, shape: String, value: f64) {
-        eprintln!("{stage:<32} {value:>12.2}  {shape}");
-        self.records.push(BenchRecord {
-            group: "serve".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: self.device.clone(),
-            threads: self.threads,
-            timing: Timing::from_samples(&mut [value]),
-            shape,
-        });
-    }
+    let gpu = chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes);
+    MemorySample::from_bytes(chatterbox_pipeline::resident_memory_bytes(), gpu)
 }
 
 /// What one request gave.
@@ -377,20 +298,6 @@ impl Outcome {
     fn is_error(&self) -> bool {
         self.error.is_some() && !self.no_speech_alone
     }
-}
-
-/// Worst margin (ms) of the pieces after the first: `(arrival ms, sample offset, samples)`.
-fn underrun_margin(pieces: &[(f64, usize, usize)]) -> f64 {
-    let Some(&(first, _, _)) = pieces.first() else {
-        return 0.0;
-    };
-    pieces
-        .iter()
-        .skip(1)
-        .filter(|p| p.2 > 0)
-        .map(|&(at, offset, _)| first + offset as f64 * 1e3 / f64::from(SAMPLE_RATE) - at)
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
-        .unwrap_or(0.0)
 }
 
 /// Sends one streaming speech request and reads its body piece by piece.
@@ -443,7 +350,7 @@ async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outcome 
         ttfb: pieces.first().map_or(f64::NAN, |p| p.0),
         latency,
         audio_s: (bytes / 2) as f64 / f64::from(SAMPLE_RATE),
-        margin: underrun_margin(&pieces),
+        margin: underrun_margin(&pieces, SAMPLE_RATE),
         error,
         no_speech: false,
         no_speech_alone: false,
@@ -559,7 +466,7 @@ fn count_errors(label: &str, out: &[Outcome]) -> usize {
 
 /// The load levels' records; the number of errors and the largest level without underrun.
 fn report_level(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     clients: usize,
     out: &[Outcome],
     wall: f64,
@@ -576,32 +483,32 @@ fn report_level(
     let n = out.len();
     let what = format!("{n} requests, {clients} clients, pcm stream, cap {tokens} tokens");
     let p = format!("c{clients}");
-    bench.push(
+    bench.push_value(
         &format!("{p}_ttfb_p50"),
         format!("ms to first body byte, p50, {what}"),
         percentile(&ttfb, 0.5),
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_ttfb_p95"),
         format!("ms to first body byte, p95, {what}"),
         percentile(&ttfb, 0.95),
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_latency_p50"),
         format!("ms to last body byte, p50, {what}"),
         percentile(&lat, 0.5),
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_latency_p95"),
         format!("ms to last body byte, p95, {what}"),
         percentile(&lat, 0.95),
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_rtf"),
         format!("audio s delivered / wall s ({audio:.1} / {wall:.1}; > 1 keeps up), {what}"),
         audio / wall,
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_audio_s"),
         format!("seconds of audio per request, mean (not ms), {what}"),
         if ok.is_empty() {
@@ -610,27 +517,27 @@ fn report_level(
             audio / ok.len() as f64
         },
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_audio_min_s"),
         format!("seconds of audio of the shortest request (not ms), {what}"),
         ok.iter().map(|o| o.audio_s).fold(f64::NAN, f64::min),
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_errors"),
         format!("count: non-200, broken or empty bodies (must be 0), {what}"),
         errors as f64,
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_no_speech"),
         format!("count: no_speech answers that the request alone gave again, {what}"),
         no_speech as f64,
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_underruns"),
         format!("count: requests whose playback from the first byte ran dry, {what}"),
         underruns as f64,
     );
-    bench.push(
+    bench.push_value(
         &format!("{p}_worst_margin"),
         format!("ms, worst playback margin over requests (< 0: underrun), {what}"),
         if worst.is_finite() { worst } else { f64::NAN },
@@ -763,7 +670,11 @@ async fn bench_main() -> anyhow::Result<()> {
         "english" => (ModelId::English, 0.5, "t3_cfg.safetensors"),
         v => anyhow::bail!("CHATTERBOX_SERVE_VARIANT={v:?}: turbo or english"),
     };
-    let dir = checkpoint(&variant, marker)?;
+    let dir = full_size_checkpoint(
+        checkpoint_dir("CHATTERBOX_SERVE_CKPT", &variant),
+        &variant,
+        marker,
+    )?;
     let cap = Arc::new(AtomicUsize::new(tokens));
     let batching = chatterbox_pipeline::BatchOptions::default()
         .with_slots(env_usize("CHATTERBOX_SERVE_BATCH", 0))
@@ -840,11 +751,7 @@ async fn bench_main() -> anyhow::Result<()> {
     wait_ready(&base, &handle).await?;
     let loaded = sample(&dev);
 
-    let mut bench = Bench {
-        records: Vec::new(),
-        device,
-        threads,
-    };
+    let mut bench = BenchRun::new("serve", &device, threads, 32);
     let (warm, _) = run_level(&url, model, 1, 1, 1_000_000, sentence).await;
     if let Some(w) = warm.first() {
         eprintln!(
@@ -878,7 +785,7 @@ async fn bench_main() -> anyhow::Result<()> {
             best = best.max(n);
         }
     }
-    bench.push(
+    bench.push_value(
         "max_clients_without_underrun",
         format!(
             "count: largest concurrency of {clients:?} with no underrun and no error \
@@ -897,9 +804,9 @@ async fn bench_main() -> anyhow::Result<()> {
     eprintln!(
         "memory: loaded RSS {:.0} MB{}; before RSS {:.0} MB{}",
         loaded.rss,
-        fmt_gpu(loaded.gpu),
+        loaded.gpu_text(),
         before.rss,
-        fmt_gpu(before.gpu)
+        before.gpu_text()
     );
     let uploading = Arc::new(std::sync::atomic::AtomicBool::new(upload_every > 0.0));
     let uploader = tokio::spawn(upload_voices(
@@ -921,49 +828,49 @@ async fn bench_main() -> anyhow::Result<()> {
     let what = format!(
         "{mem_requests} requests, {mem_clients} clients, cap {mem_tokens} tokens, MB (10^6 bytes)"
     );
-    bench.push(
+    bench.push_value(
         "mem_rss_loaded_mb",
         format!("RSS once ready, {what}"),
         loaded.rss,
     );
-    bench.push(
+    bench.push_value(
         "mem_rss_before_mb",
         format!("RSS after the load levels and a warm-up round, {what}"),
         before.rss,
     );
-    bench.push(
+    bench.push_value(
         "mem_rss_after_mb",
         format!("RSS after the requests, {what}"),
         after.rss,
     );
     let growth = after.rss - before.rss;
-    bench.push(
+    bench.push_value(
         "mem_rss_growth_mb",
         format!("RSS after - before, {what}"),
         growth,
     );
     if let (Some(l), Some(b), Some(a)) = (loaded.gpu, before.gpu, after.gpu) {
         let what = format!("device used memory (total - free), {what}");
-        bench.push("mem_gpu_used_loaded_mb", format!("once ready, {what}"), l);
-        bench.push("mem_gpu_used_before_mb", format!("before, {what}"), b);
-        bench.push("mem_gpu_used_after_mb", format!("after, {what}"), a);
-        bench.push(
+        bench.push_value("mem_gpu_used_loaded_mb", format!("once ready, {what}"), l);
+        bench.push_value("mem_gpu_used_before_mb", format!("before, {what}"), b);
+        bench.push_value("mem_gpu_used_after_mb", format!("after, {what}"), a);
+        bench.push_value(
             "mem_gpu_used_growth_mb",
             format!("after - before, {what}"),
             a - b,
         );
     }
-    bench.push(
+    bench.push_value(
         "mem_errors",
         format!("count: non-200, broken or empty bodies (must be 0), {what}"),
         mem_errors as f64,
     );
-    bench.push(
+    bench.push_value(
         "mem_no_speech",
         format!("count: no_speech answers that the request alone gave again, {what}"),
         no_speech as f64,
     );
-    bench.push(
+    bench.push_value(
         "mem_wall_s",
         format!("seconds (not ms) for the requests, {what}"),
         wall,
@@ -973,12 +880,12 @@ async fn bench_main() -> anyhow::Result<()> {
         .filter(|o| o.error.is_none())
         .map(|o| o.ttfb)
         .collect();
-    bench.push(
+    bench.push_value(
         "mem_ttfb_p50",
         format!("ms to first body byte, p50, {what}"),
         percentile(&ttfb, 0.5),
     );
-    bench.push(
+    bench.push_value(
         "mem_ttfb_p95",
         format!("ms to first body byte, p95, {what}"),
         percentile(&ttfb, 0.95),
@@ -989,17 +896,17 @@ async fn bench_main() -> anyhow::Result<()> {
             .iter()
             .filter_map(|u| u.as_ref().ok().copied())
             .collect();
-        bench.push(
+        bench.push_value(
             "mem_uploads",
             format!("count: {what}"),
             uploads.len() as f64,
         );
-        bench.push(
+        bench.push_value(
             "mem_upload_errors",
             format!("count: failed uploads (must be 0), {what}"),
             upload_errors as f64,
         );
-        bench.push(
+        bench.push_value(
             "mem_upload_p95_ms",
             format!("ms from request to 201, p95, {what}"),
             percentile(&ms, 0.95),
@@ -1014,7 +921,7 @@ async fn bench_main() -> anyhow::Result<()> {
     {
         eprintln!("the server did not stop within 60 s");
     }
-    chatterbox_testkit::emit_records(&bench.records)?;
+    bench.emit()?;
     anyhow::ensure!(errors == 0, "{errors} requests failed");
     anyhow::ensure!(
         growth <= max_growth,

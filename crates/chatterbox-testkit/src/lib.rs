@@ -18,7 +18,10 @@ mod weights;
 
 pub use alloc::{peak, CountingAlloc, REFUSED};
 pub use array::{Actual, Array};
-pub use bench::{black_box, emit_records, time_it, BenchRecord, Timing};
+pub use bench::{
+    black_box, checkpoint_dir, emit_records, env_f64, env_usize, full_size_checkpoint, time_it,
+    underrun_margin, BenchRecord, BenchRun, MemorySample, Timing,
+};
 pub use compare::{compare, Check, Tolerance};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
