@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub voice_aliases: BTreeMap<String, String>,
     /// `Retry-After` seconds of a 429. Default `1`.
     pub retry_after_secs: u64,
+    /// Pronunciation lexicons a request names in its `lexicon` field (name → lexicon; see
+    /// `chatterbox_text::Lexicon`). Default: none.
+    pub lexicons: BTreeMap<String, std::sync::Arc<chatterbox_pipeline::Lexicon>>,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             model_aliases: BTreeMap::new(),
             voice_aliases: BTreeMap::new(),
             retry_after_secs: 1,
+            lexicons: BTreeMap::new(),
         }
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct SpeechJob {
     pub overrides: Overrides,
     /// The server's cap on `max_new_tokens`.
     pub max_new_tokens: Option<usize>,
+    /// The pronunciation lexicon the request named.
+    pub lexicon: Option<Arc<chatterbox_pipeline::Lexicon>>,
     /// The voice file, `None` for the built-in voice.
     pub voice: Option<PathBuf>,
     /// When the request times out.

@@ -107,6 +107,9 @@ pub struct SpeechRequest {
     /// `timestamps` (Chatterbox's, default `false`): with `stream_format: "sse"`, a
     /// `speech.audio.timestamps` event follows each chunk whose audio ends sentences.
     pub timestamps: bool,
+    /// `lexicon` (Chatterbox's): the name of one of the server's pronunciation lexicons
+    /// (`ServerConfig::lexicons`), checked against them when the request is served.
+    pub lexicon: Option<String>,
 }
 
 impl SpeechRequest {
@@ -222,6 +225,7 @@ impl SpeechRequest {
             overrides,
             instructions,
             timestamps,
+            lexicon: string(&obj, "lexicon")?,
         })
     }
 

@@ -149,6 +149,20 @@ pub(crate) async fn handle(
              /v1/audio/captioned_speech for the audio and timestamps in one JSON object",
         ));
     }
+    let lexicon = match &req.lexicon {
+        None => None,
+        Some(name) => Some(app.config.lexicons.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = app.config.lexicons.keys().map(String::as_str).collect();
+            ApiError::invalid(
+                "lexicon",
+                if known.is_empty() {
+                    format!("no lexicon {name:?}: this server has no lexicons")
+                } else {
+                    format!("no lexicon {name:?}; this server has: {}", known.join(", "))
+                },
+            )
+        })?),
+    };
     let model = app.resolve_model(&req.model)?;
     let voice = app.resolve_voice(req.voice.as_deref(), model)?;
     let ignored = req.ignored_by(model);
@@ -168,6 +182,7 @@ pub(crate) async fn handle(
         text: req.input,
         overrides: req.overrides,
         max_new_tokens: app.config.max_new_tokens,
+        lexicon,
         voice,
         deadline,
         tx,

@@ -347,6 +347,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
     }
     let mut opts = model.default_options();
     job.overrides.apply(&mut opts);
+    opts.lexicon = job.lexicon.clone();
     if let Some(cap) = job.max_new_tokens {
         opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
     }
@@ -675,6 +676,7 @@ fn admit(
     }
     let mut opts = model.default_options();
     s.overrides.apply(&mut opts);
+    opts.lexicon = s.lexicon.clone();
     if let Some(cap) = s.max_new_tokens {
         opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
     }

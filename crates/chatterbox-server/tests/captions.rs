@@ -1,7 +1,8 @@
 //! Timestamps and markup through the server with the real tiny English model (issue 44): the
 //! SSE `speech.audio.timestamps` events with `"timestamps": true`, one-at-a-time and batched;
 //! `/v1/audio/captioned_speech` (and Kokoro's `/dev/captioned_speech`) answering the file and
-//! its timings together; a `[pause 500ms]` as half a second of silence; bad markup a 400.
+//! its timings together; a `[pause 500ms]` as half a second of silence; bad markup a 400; a
+//! request's `lexicon` naming one of the server's pronunciation lexicons.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 
 mod support;
@@ -194,5 +195,56 @@ async fn timestamps_and_captioned_speech_batched() {
     )
     .await;
     check_server(&s).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_names_a_lexicon() {
+    let dir = support::english_checkpoint("captions-lexicon");
+    let mut c = config();
+    c.lexicons.insert(
+        "names".into(),
+        std::sync::Arc::new(chatterbox_pipeline::Lexicon::parse("gif = hello there").unwrap()),
+    );
+    let s = TestServer::start(
+        c,
+        vec![support::tiny_english_device(dir.path().to_path_buf())],
+    )
+    .await;
+    let body = |input: &str, lexicon: Option<&str>| {
+        let mut b = req("pcm");
+        b["input"] = json!(input);
+        if let Some(l) = lexicon {
+            b["lexicon"] = json!(l);
+        }
+        b
+    };
+    // the tiny random model's audio hardly depends on the text: the captions show what was
+    // spoken
+    let spoken = |b: Value| {
+        let url = s.url("/v1/audio/captioned_speech");
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&b).unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+            v["sentences"][0]["text"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(
+        spoken(body("A gif.", Some("names"))).await,
+        "A hello there."
+    );
+    assert_eq!(spoken(body("A gif.", None)).await, "A gif.");
+    let r = speech(&s, body("A gif.", Some("names"))).await;
+    assert_eq!(r.status(), 200);
+    let e = expect_error(speech(&s, body("A gif.", Some("other"))).await, 400).await;
+    assert_eq!(e["param"], "lexicon");
+    assert!(e["message"].as_str().unwrap().contains("names"), "{e}");
     s.stop().await;
 }
