@@ -32,6 +32,13 @@ impl QuantizedWeight {
                 "{format} weights run on the CPU only (on a GPU use the model's dtype, e.g. bf16)"
             )));
         }
+        if !cpu_runs(format) {
+            return Err(T3Error::InvalidConfig(format!(
+                "{format} weights need an ARM CPU with the dot-product instructions (dotprod: \
+                 Cortex-A55/A76, Neoverse, Graviton 2 and later); candle's {format} kernels \
+                 would stop this one with an illegal instruction"
+            )));
+        }
         let (_, k) = weight.dims2()?;
         if k % format.block_size() != 0 {
             return Ok(None);
@@ -69,6 +76,18 @@ impl QuantizedWeight {
     pub(crate) fn matmul_t(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(self.q.as_ref())
     }
+}
+
+/// Whether this CPU can run candle's kernels for `format`: on aarch64 its 8- and 4-bit kernels
+/// use the dot-product instructions without checking for them (SIGILL on Armv8.0 cores such as
+/// the Cortex-A72); elsewhere candle picks its kernels from the CPU's features.
+fn cpu_runs(format: WeightFormat) -> bool {
+    #[cfg(target_arch = "aarch64")]
+    if matches!(format, WeightFormat::Q8 | WeightFormat::Q4) {
+        return std::arch::is_aarch64_feature_detected!("dotprod");
+    }
+    let _ = format;
+    true
 }
 
 #[cfg(test)]
