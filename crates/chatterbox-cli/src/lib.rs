@@ -101,7 +101,7 @@ const DEFAULT_LOG_FILTER: &str = "warn,symphonia_codec_aac=off,symphonia_format_
 
 /// What `chatterbox serve` logs without `RUST_LOG`: the server's and the command's own info
 /// lines (start-up, models loaded, one line per request without its text), else warnings.
-const SERVE_LOG_FILTER: &str = "warn,chatterbox_server=info,chatterbox::serve=info,\
+const SERVE_LOG_FILTER: &str = "warn,chatterbox_server=info,chatterbox_cli::serve=info,\
     symphonia_codec_aac=off,symphonia_format_ogg=error,symphonia_bundle_flac=error,\
     symphonia_bundle_mp3=error,symphonia_format_isomp4=error";
 
