@@ -619,6 +619,10 @@ pub struct ServeArgs {
     /// names use the checkpoint's built-in voice unless mapped here).
     #[arg(long = "voice-alias", value_name = "NAME=VOICE")]
     pub voice_aliases: Vec<Alias>,
+    /// A pronunciation lexicon requests name in their `lexicon` field, e.g. names=names.txt
+    /// (repeatable; the file as for `speak --lexicon`, read and checked at start).
+    #[arg(long = "lexicon", value_name = "NAME=FILE")]
+    pub lexicons: Vec<Alias>,
     /// The watermark of the speech served.
     #[command(flatten)]
     pub watermark: WatermarkArgs,

@@ -214,6 +214,12 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
         }
         c.voice_aliases.insert(a.name.clone(), a.target.clone());
     }
+    for a in &args.lexicons {
+        let lexicon = chatterbox_pipeline::Lexicon::from_file(&a.target)
+            .with_context(|| format!("--lexicon {}={}", a.name, a.target))?;
+        c.lexicons
+            .insert(a.name.clone(), std::sync::Arc::new(lexicon));
+    }
     c.validate().context("the server settings")?;
     Ok(c)
 }

@@ -309,3 +309,28 @@ fn a_lexicon_respells_words_and_a_bad_one_is_refused_before_loading() -> R<()> {
     assert!(!c.exists());
     Ok(())
 }
+
+#[test]
+fn serve_refuses_a_bad_lexicon_before_loading() -> R<()> {
+    let tmp = tempfile::tempdir()?;
+    let (dir, _) = setup(tmp.path())?;
+    let lexicon = tmp.path().join("names.txt");
+    std::fs::write(&lexicon, "gif = jif\ngif = gift\n")?;
+    let arg = format!("names={}", p(&lexicon));
+    let o = chatterbox(&[
+        "serve",
+        "--model-dir",
+        p(&dir),
+        "--port",
+        "0",
+        "--lexicon",
+        &arg,
+    ])?;
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--lexicon names=") && err.contains("line 2") && err.contains("twice"),
+        "{err}"
+    );
+    Ok(())
+}
