@@ -61,8 +61,11 @@ fn apply(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `v · sigmoid(2u)`, as the vector path computes it: `0.5 v (1 + tanh u)` loses every digit
+/// where `tanh u` rounds to -1 (from v ≈ -5.6 on), which this form keeps.
 fn scalar(v: f32) -> f32 {
-    0.5 * v * (1.0 + (K0 * v * (1.0 + K1 * v * v)).tanh())
+    let u = K0 * v * (1.0 + K1 * v * v);
+    v / (1.0 + (-2.0 * u).exp())
 }
 
 #[cfg(target_arch = "x86_64")]
