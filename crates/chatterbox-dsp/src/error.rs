@@ -113,6 +113,20 @@ pub enum DspError {
     /// The resampler could not be built or run.
     #[error("resampler: {0}")]
     Resampler(String),
+    /// A speed (time-scale factor) outside [`MIN_SPEED`](crate::stretch::MIN_SPEED)..=
+    /// [`MAX_SPEED`](crate::stretch::MAX_SPEED), or not finite.
+    #[error(
+        "speed {speed} is out of range: it must be a finite number from {} to {}",
+        crate::stretch::MIN_SPEED,
+        crate::stretch::MAX_SPEED
+    )]
+    SpeedOutOfRange {
+        /// The speed given.
+        speed: f32,
+    },
+    /// The time stretcher failed.
+    #[error("time stretch: {0}")]
+    Stretch(String),
 }
 
 /// Result alias of the crate.

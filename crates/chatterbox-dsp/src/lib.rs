@@ -10,6 +10,7 @@ mod matrix;
 mod mel;
 pub mod resample;
 mod stft;
+pub mod stretch;
 mod trim;
 pub mod window;
 
@@ -19,4 +20,5 @@ pub use matrix::Matrix;
 pub use mel::{hz_to_mel, mel_to_hz, MelFilterbank};
 pub use realfft::num_complex::Complex32;
 pub use stft::{reflect_pad, Istft, Spectrum, Stft};
+pub use stretch::{time_stretch, TimeStretcher};
 pub use trim::{trim_silence, TrimOptions};
