@@ -11,12 +11,14 @@
 //! token disabled), `flow`, `vocoder`, `total` (all of the above) and `rtf` (generation time
 //! over audio duration, excluding conditioning; a ratio stored in the `*_ms` fields).
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs on GPU 0 with bf16 T3 and flow.
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use chatterbox_dsp::features::{S3GenMel, S3GenMelConfig};
 use chatterbox_pipeline::{ChatterboxTts, S3GenOptions, SeededDraws, S3GEN_SR, S3_SR};
 use chatterbox_speaker::EmbedOptions;
 use chatterbox_t3::Sampling;
-use chatterbox_testkit::{env_usize, full_size_checkpoint, speech_like, BenchRun};
+use chatterbox_testkit::{
+    bench_dtype, device_name, env_usize, full_size_checkpoint, speech_like, test_device, BenchRun,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -36,10 +38,8 @@ fn main() -> anyhow::Result<()> {
         )?,
     };
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
-    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
-        _ => (Device::Cpu, DType::F32, "cpu"),
-    };
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let (dtype, device) = (bench_dtype(&dev), device_name(&dev));
     let runs = env_usize("CHATTERBOX_PIPELINE_BENCH_RUNS", 1);
     let n_tokens = env_usize("CHATTERBOX_PIPELINE_TOKENS", 200);
     let mut bench = BenchRun::new("pipeline", device, threads, 16);

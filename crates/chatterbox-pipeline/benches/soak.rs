@@ -36,12 +36,13 @@
 //! The leak check: the run fails (after writing its records) when the RSS grows by more than
 //! `CHATTERBOX_SOAK_MAX_GROWTH_MB` (default 64) between the first and the last generation of
 //! phase 2. `CHATTERBOX_SOAK_SKIP_LONG=1` / `CHATTERBOX_SOAK_SKIP_MANY=1` skip a phase.
-use candle_core::{DType, Device};
+use candle_core::Device;
 use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, Progress, VoiceClip, S3GEN_SR, S3_SR,
 };
 use chatterbox_testkit::{
-    checkpoint_dir, env_f64, env_usize, full_size_checkpoint, speech_like, BenchRun, MemorySample,
+    bench_dtype, checkpoint_dir, device_name, env_f64, env_usize, full_size_checkpoint,
+    speech_like, test_device, BenchRun, MemorySample,
 };
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -470,10 +471,8 @@ fn many_phase(
 
 fn main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
-    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
-        _ => (Device::Cpu, DType::F32, "cpu"),
-    };
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let (dtype, device) = (bench_dtype(&dev), device_name(&dev));
     let variant = std::env::var("CHATTERBOX_SOAK_VARIANT").unwrap_or_else(|_| "turbo".into());
     let max_growth = env_f64("CHATTERBOX_SOAK_MAX_GROWTH_MB", 64.0);
     let mut bench = BenchRun::new("soak", device, threads, 28);

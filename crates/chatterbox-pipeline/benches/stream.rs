@@ -34,13 +34,14 @@
 //! `CHATTERBOX_BENCH_RUNS` timed runs (median; default 3) after one warm-up;
 //! `CHATTERBOX_STREAM_ONLY=english|turbo`; `CHATTERBOX_BENCH_DEVICE=cuda` (with
 //! `--features cuda`) runs on GPU 0 with bf16 T3 and flow.
-use candle_core::{DType, Device};
+use candle_core::Device;
 use chatterbox_pipeline::{
     Audio, ChatterboxTts, ChatterboxTurboTts, Conditionals, GenerateOptions, S3Gen, S3GenOptions,
     SeededDraws, SpeechStream, StreamSchedule, StreamingSynth, VoiceClip, S3GEN_SR, S3_SR,
 };
 use chatterbox_testkit::{
-    checkpoint_dir, env_usize, full_size_checkpoint, speech_like, underrun_margin, BenchRun,
+    bench_dtype, checkpoint_dir, device_name, env_usize, full_size_checkpoint, speech_like,
+    test_device, underrun_margin, BenchRun,
 };
 use std::time::Instant;
 
@@ -283,10 +284,8 @@ fn bench_variant(
 
 fn main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
-    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
-        _ => (Device::Cpu, DType::F32, "cpu"),
-    };
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let (dtype, device) = (bench_dtype(&dev), device_name(&dev));
     let hops = match std::env::var("CHATTERBOX_STREAM_HOPS") {
         Ok(h) if !h.trim().is_empty() => Some(
             h.split(',')

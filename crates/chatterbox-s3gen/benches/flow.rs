@@ -35,7 +35,7 @@ use candle_nn::{VarBuilder, VarMap};
 use chatterbox_s3gen::flow::{
     CausalMaskedDiffWithXvec, FlowConfig, FlowOptions, FlowPrompt, FlowRow,
 };
-use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
+use chatterbox_testkit::{black_box, device_name, test_device, time_it, BenchRecord, Timing};
 
 const N_PROMPT: usize = 250;
 
@@ -44,12 +44,9 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn device() -> anyhow::Result<(Device, &'static str)> {
-    Ok(match env("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        None | Some("cpu") => (Device::Cpu, "cpu"),
-        Some("cuda") => (chatterbox_cuda::open(0)?, "cuda"),
-        Some("metal") => (Device::new_metal(0)?, "metal"),
-        Some(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DEVICE {other:?}"),
-    })
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let name = device_name(&dev);
+    Ok((dev, name))
 }
 
 /// The flow with real weights from `var`, or Kaiming-initialised random ones.

@@ -11,7 +11,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_s3gen::tokenizer::{ModelConfig, S3Tokenizer, FSMN_KERNEL, FSQ_DIM};
-use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, device_name, test_device, time_it, BenchRecord};
 use std::collections::HashMap;
 
 /// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise).
@@ -89,27 +89,9 @@ fn random_weights(cfg: &ModelConfig, dev: &Device) -> candle_core::Result<HashMa
         .collect()
 }
 
-fn device() -> anyhow::Result<(Device, String)> {
-    let spec = std::env::var("CHATTERBOX_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
-    let (kind, ordinal) = match spec.split_once(':') {
-        Some((k, n)) => (k.to_string(), n.parse::<usize>()?),
-        None => (spec.clone(), 0),
-    };
-    let dev = match kind.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => chatterbox_cuda::open(ordinal).map_err(|e| {
-            anyhow::anyhow!("CUDA device {ordinal}: {e} (build the bench with --features cuda)")
-        })?,
-        "metal" => Device::new_metal(ordinal).map_err(|e| {
-            anyhow::anyhow!("Metal device {ordinal}: {e} (build the bench with --features metal)")
-        })?,
-        other => anyhow::bail!("CHATTERBOX_BENCH_DEVICE={other}: expected cpu, cuda[:N] or metal"),
-    };
-    Ok((dev, kind))
-}
-
 fn main() -> anyhow::Result<()> {
-    let (dev, device_name) = device()?;
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let device_name = device_name(&dev);
     let threads = std::env::var("CHATTERBOX_BENCH_THREADS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -135,7 +117,7 @@ fn main() -> anyhow::Result<()> {
             group: "tokenizer".into(),
             stage: stage.into(),
             implementation: "rust".into(),
-            device: device_name.clone(),
+            device: device_name.into(),
             threads,
             timing,
             shape: shape.into(),

@@ -22,12 +22,7 @@ fn e(err: impl std::fmt::Display) -> Error {
 /// `CHATTERBOX_PARITY_DEVICE=cuda` (or `metal`, with the crate feature) runs every case on that
 /// device: the GPU path uses candle's ops instead of the CPU kernels. Default: the CPU.
 fn device() -> chatterbox_testkit::Result<Device> {
-    match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
-        None | Some("") | Some("cpu") => Ok(Device::Cpu),
-        Some("cuda") => chatterbox_cuda::open(0).map_err(e),
-        Some("metal") => Device::new_metal(0).map_err(e),
-        Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
-    }
+    chatterbox_testkit::test_device("CHATTERBOX_PARITY_DEVICE")
 }
 
 fn input(fx: &Fixture, name: &str, dev: &Device) -> chatterbox_testkit::Result<Tensor> {

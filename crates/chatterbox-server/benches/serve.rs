@@ -65,7 +65,7 @@
 //! The run fails (after writing its records) on any error, or when the RSS grows by more than
 //! `CHATTERBOX_SERVE_MAX_GROWTH_MB` (default 64) over the memory phase.
 use anyhow::Context as _;
-use candle_core::{DType, Device};
+use candle_core::Device;
 use chatterbox_pipeline::{
     perth_watermarker, Audio, ChatterboxTts, ChatterboxTurboTts, GenerateOptions, VoiceClip,
     Watermarker, FLOW_ROWS, S3GEN_SR, S3_SR,
@@ -75,8 +75,8 @@ use chatterbox_server::{
     ServerConfig, SpeechModel, SAMPLE_RATE,
 };
 use chatterbox_testkit::{
-    checkpoint_dir, env_f64, env_usize, full_size_checkpoint, speech_like, underrun_margin,
-    BenchRun, MemorySample,
+    bench_dtype, checkpoint_dir, device_name, env_f64, env_usize, full_size_checkpoint,
+    speech_like, test_device, underrun_margin, BenchRun, MemorySample,
 };
 use chatterbox_watermark::PerthWatermarker;
 use std::path::Path;
@@ -637,21 +637,19 @@ async fn upload_voices(
 async fn bench_main() -> anyhow::Result<()> {
     let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let gpus = env_usize("CHATTERBOX_SERVE_GPUS", 1).max(1);
-    let (devs, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (
-            (0..gpus)
-                .map(chatterbox_cuda::open)
-                .collect::<Result<Vec<_>, _>>()?,
-            DType::BF16,
-            if gpus > 1 {
-                format!("cuda x{gpus}")
-            } else {
-                "cuda".to_string()
-            },
-        ),
-        _ => (vec![Device::Cpu], DType::F32, "cpu".to_string()),
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let dtype = bench_dtype(&dev);
+    let (devs, device) = if dev.is_cuda() && gpus > 1 {
+        // the other GPUs of the host, after the one the variable names (GPU 0 for `cuda`)
+        let rest = (1..gpus).map(chatterbox_cuda::open);
+        let devs = std::iter::once(Ok(dev.clone())).chain(rest);
+        (
+            devs.collect::<Result<Vec<_>, _>>()?,
+            format!("cuda x{gpus}"),
+        )
+    } else {
+        (vec![dev.clone()], device_name(&dev).to_string())
     };
-    let dev = devs[0].clone();
     let variant = std::env::var("CHATTERBOX_SERVE_VARIANT").unwrap_or_else(|_| "turbo".into());
     let clients = parse_clients(
         &std::env::var("CHATTERBOX_SERVE_CLIENTS").unwrap_or_else(|_| "1,2,4,8".into()),

@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Tensor};
 use chatterbox_t3::{
     BatchDecoder, BatchOptions, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
 };
-use chatterbox_testkit::BenchRecord;
+use chatterbox_testkit::{bench_dtype, device_name, test_device, BenchRecord};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
@@ -275,10 +275,8 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let (dev, dtype, device) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (chatterbox_cuda::open(0)?, DType::BF16, "cuda"),
-        _ => (Device::Cpu, DType::F32, "cpu"),
-    };
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let (dtype, device) = (bench_dtype(&dev), device_name(&dev));
     let runs: usize = std::env::var("CHATTERBOX_T3_BENCH_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())

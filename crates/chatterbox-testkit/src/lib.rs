@@ -8,6 +8,8 @@ mod alloc;
 mod array;
 mod bench;
 mod compare;
+#[cfg(feature = "candle")]
+mod device;
 mod error;
 mod fixture;
 mod signal;
@@ -23,6 +25,8 @@ pub use bench::{
     underrun_margin, BenchRecord, BenchRun, MemorySample, Timing,
 };
 pub use compare::{compare, Check, Tolerance};
+#[cfg(feature = "candle")]
+pub use device::{bench_dtype, device_name, test_device};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
 pub use signal::speech_like;

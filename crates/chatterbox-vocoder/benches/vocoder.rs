@@ -11,17 +11,14 @@
 //! and `CHATTERBOX_BENCH_ITERS` (default 3) bound the time per stage.
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, device_name, test_device, time_it, BenchRecord};
 use chatterbox_vocoder::{HiFTConfig, HiFTGenerator, SineDraws};
 use rand::SeedableRng;
 
 fn device() -> anyhow::Result<(Device, &'static str)> {
-    match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => Ok((chatterbox_cuda::open(0)?, "cuda")),
-        Ok("metal") => Ok((Device::new_metal(0)?, "metal")),
-        Ok("cpu") | Err(_) => Ok((Device::Cpu, "cpu")),
-        Ok(other) => anyhow::bail!("unknown CHATTERBOX_BENCH_DEVICE {other:?} (cpu, cuda, metal)"),
-    }
+    let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let name = device_name(&dev);
+    Ok((dev, name))
 }
 
 /// A speech-like log mel: a smooth spectral tilt with moving formant bumps, around -6..0.

@@ -47,12 +47,7 @@ fn model_from(
 /// The device the cases run on: the CPU, or `CHATTERBOX_PARITY_DEVICE=cuda` (or `metal`, with
 /// the crate feature) to check a GPU build against the same recordings.
 fn device() -> chatterbox_testkit::Result<Device> {
-    match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
-        None | Some("") | Some("cpu") => Ok(Device::Cpu),
-        Some("cuda") => chatterbox_cuda::open(0).map_err(e),
-        Some("metal") => Device::new_metal(0).map_err(e),
-        Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
-    }
+    chatterbox_testkit::test_device("CHATTERBOX_PARITY_DEVICE")
 }
 
 /// `decode(mel, source)` from a recorded source.

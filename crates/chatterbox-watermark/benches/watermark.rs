@@ -10,8 +10,7 @@
 //! STFT and resampling stay on the CPU, as in the crate). `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
 //! time per stage.
 use anyhow::{bail, Context};
-use candle_core::Device;
-use chatterbox_testkit::{black_box, speech_like, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, device_name, speech_like, test_device, time_it, BenchRecord};
 use chatterbox_watermark::{PerthWatermarker, PERTH_CHECKPOINT_IN_WHEEL};
 use std::path::{Path, PathBuf};
 
@@ -48,10 +47,8 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let (device, label) = match std::env::var("CHATTERBOX_BENCH_DEVICE").as_deref() {
-        Ok("cuda") => (chatterbox_cuda::open(0)?, "cuda"),
-        _ => (Device::Cpu, "cpu"),
-    };
+    let device = test_device("CHATTERBOX_BENCH_DEVICE")?;
+    let label = device_name(&device);
     let wm = PerthWatermarker::load(checkpoint()?, &device)?;
     let engine = if cfg!(feature = "soxr") {
         "soxr"

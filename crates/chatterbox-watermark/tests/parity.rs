@@ -32,13 +32,9 @@ fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
     Ok(out_vec(name, shape, data))
 }
 
+/// The device the cases run on: the CPU, or the GPU `CHATTERBOX_PARITY_DEVICE` names.
 fn device() -> chatterbox_testkit::Result<Device> {
-    match std::env::var("CHATTERBOX_PARITY_DEVICE").ok().as_deref() {
-        None | Some("") | Some("cpu") => Ok(Device::Cpu),
-        Some("cuda") => chatterbox_cuda::open(0).map_err(e),
-        Some("metal") => Device::new_metal(0).map_err(e),
-        Some(other) => Err(e(format!("unknown CHATTERBOX_PARITY_DEVICE {other:?}"))),
-    }
+    chatterbox_testkit::test_device("CHATTERBOX_PARITY_DEVICE")
 }
 
 /// The fixture's PerthNet, with the weights of its `weights_case` (stored once, in `encoder`).

@@ -1,6 +1,6 @@
 //! Parity handlers shared by `parity.rs` (default kernels) and `candle_ops.rs` (candle tensor
 //! ops on the CPU: the code path CUDA and Metal run).
-#![allow(clippy::panic, clippy::expect_used)] // test support: a bad test device fails the test
+#![allow(clippy::panic)] // test support: a bad test device fails the test
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_dsp::Matrix;
@@ -26,16 +26,7 @@ fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
 /// The device the models run on: the CPU, or with `CHATTERBOX_DEVICE=cuda` (built with
 /// `--features cuda`) / `metal` (`--features metal`) the first GPU.
 pub fn device() -> Device {
-    match std::env::var("CHATTERBOX_DEVICE").as_deref() {
-        #[cfg(feature = "cuda")]
-        Ok("cuda") => chatterbox_cuda::open(0).expect("CHATTERBOX_DEVICE=cuda but no CUDA device"),
-        #[cfg(feature = "metal")]
-        Ok("metal") => Device::new_metal(0).expect("CHATTERBOX_DEVICE=metal but no Metal device"),
-        Ok(other) if other != "cpu" => {
-            panic!("CHATTERBOX_DEVICE={other}: not built with that feature")
-        }
-        _ => Device::Cpu,
-    }
+    chatterbox_testkit::test_device("CHATTERBOX_DEVICE").unwrap_or_else(|err| panic!("{err}"))
 }
 
 fn vb(fx: &Fixture) -> chatterbox_testkit::Result<VarBuilder<'static>> {
