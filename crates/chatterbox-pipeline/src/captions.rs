@@ -12,7 +12,12 @@
 //! Words are not timed by the model here: each sentence's span is shared among its
 //! whitespace-separated words in proportion to their characters, and every word says so
 //! ([`WordTiming::estimated`]). Timings from T3's alignment heads would be measured instead.
+//!
+//! At a [`crate::GenerateOptions::speed`] other than 1 every position is divided by the speed
+//! (rounded), as the time stretch moves the audio: the last sentence still ends at the output's
+//! last sample.
 use crate::s3gen::S3GEN_SR;
+use chatterbox_dsp::stretch::stretched_len;
 
 /// Where one text chunk's speech lies in the output, in 24 kHz samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +44,19 @@ impl SentenceTiming {
     /// End in seconds.
     pub fn end_secs(&self) -> f64 {
         self.end_sample as f64 / f64::from(S3GEN_SR)
+    }
+
+    /// The timing in the output played `speed` times faster ([`crate::GenerateOptions::speed`]):
+    /// every sample position `p` becomes `round(p / speed)`, where the time stretch puts it.
+    pub(crate) fn at_speed(mut self, speed: f32) -> Self {
+        let at = |p: usize| stretched_len(p, speed);
+        self.start_sample = at(self.start_sample);
+        self.end_sample = at(self.end_sample);
+        for w in &mut self.words {
+            w.start_sample = at(w.start_sample);
+            w.end_sample = at(w.end_sample);
+        }
+        self
     }
 }
 
@@ -196,5 +214,23 @@ mod tests {
         assert_eq!(t.push(len), (90, 140));
         let c = t.sentence(1, "two", 100, false);
         assert_eq!((c.start_sample, c.end_sample), (135, 230));
+    }
+
+    #[test]
+    fn a_speed_divides_every_position() {
+        let mut t = Timeline::new(10);
+        let a = t.sentence(0, "one two", 101, false).at_speed(2.0);
+        // 101 samples at speed 2: round(50.5) = 51 (half away from zero), as the audio's length
+        assert_eq!((a.start_sample, a.end_sample), (0, 51));
+        let spans: Vec<_> = a
+            .words
+            .iter()
+            .map(|w| (w.start_sample, w.end_sample))
+            .collect();
+        assert_eq!(spans, vec![(0, 25), (25, 51)]);
+        let b = Timeline::new(10)
+            .sentence(0, "x", 100, false)
+            .at_speed(0.25);
+        assert_eq!(b.end_sample, 400);
     }
 }

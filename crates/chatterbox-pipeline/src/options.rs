@@ -71,6 +71,12 @@ pub struct GenerateOptions {
     /// respelled). The timings of [`crate::SpeechReport::captions`] show the text as spoken,
     /// respellings included. Default none.
     pub lexicon: Option<Arc<Lexicon>>,
+    /// How many times faster the output is played, at the same pitch: `0.25` (four times as
+    /// long) to `4.0` (a quarter), OpenAI's range. The speech is generated as at `1.0`, then
+    /// time-stretched (WSOLA, [`chatterbox_dsp::stretch`]) before the watermark; captions'
+    /// times are divided by it. `1.0` (the default) runs no stretcher at all: the output is
+    /// bit for bit what it was before speed existed.
+    pub speed: f32,
 }
 
 impl Default for GenerateOptions {
@@ -100,6 +106,7 @@ impl GenerateOptions {
             stream: StreamSchedule::new(vec![12, 36, 144, 576]),
             cancel: None,
             lexicon: None,
+            speed: 1.0,
         }
     }
 
@@ -160,6 +167,25 @@ impl GenerateOptions {
         self
     }
 
+    /// Plays the output `speed` times faster at the same pitch (see [`GenerateOptions::speed`]).
+    pub fn with_speed(mut self, speed: f32) -> Self {
+        self.speed = speed;
+        self
+    }
+
+    /// The speed to stretch the output to, `None` at `1.0` (no stretcher).
+    pub(crate) fn stretch_speed(&self) -> Option<f32> {
+        (self.speed != 1.0).then_some(self.speed)
+    }
+
+    /// A streaming stretcher for the 24 kHz output, `None` at speed `1.0`.
+    pub(crate) fn stretcher(&self) -> Result<Option<chatterbox_dsp::TimeStretcher>> {
+        self.stretch_speed()
+            .map(|s| chatterbox_dsp::TimeStretcher::new(crate::s3gen::S3GEN_SR, s))
+            .transpose()
+            .map_err(Into::into)
+    }
+
     /// `Err(Cancelled)` once [`GenerateOptions::cancel`] is set.
     pub(crate) fn check_cancelled(&self) -> Result<()> {
         self.cancel.as_ref().map_or(Ok(()), Cancel::check)
@@ -172,8 +198,20 @@ impl GenerateOptions {
     }
 
     /// Checks ranges: finite numbers, `temperature > 0`, `top_p` in `(0, 1]`, `min_p` in
-    /// `[0, 1]`, `repetition_penalty > 0`, `cfg_weight >= 0`, `max_new_tokens > 0`.
+    /// `[0, 1]`, `repetition_penalty > 0`, `cfg_weight >= 0`, `max_new_tokens > 0`, `speed` in
+    /// `[0.25, 4]`.
     pub fn validate(&self) -> Result<()> {
+        if chatterbox_dsp::stretch::check_speed(self.speed).is_err() {
+            return Err(invalid(
+                "generation option",
+                format!(
+                    "speed = {}; expected a finite number from {} to {}",
+                    self.speed,
+                    chatterbox_dsp::stretch::MIN_SPEED,
+                    chatterbox_dsp::stretch::MAX_SPEED
+                ),
+            ));
+        }
         let finite = [
             ("exaggeration", self.exaggeration),
             ("cfg_weight", self.cfg_weight),

@@ -76,6 +76,16 @@ impl SpeechReport {
     pub fn is_truncated(&self) -> bool {
         !self.truncated.is_empty()
     }
+
+    /// The report of the output played `speed` times faster: its captions' times divided.
+    fn at_speed(mut self, speed: f32) -> Self {
+        self.captions = self
+            .captions
+            .into_iter()
+            .map(|c| c.at_speed(speed))
+            .collect();
+        self
+    }
 }
 
 /// A pause of `samples` through the crossfader: a segment of zeros long enough to leave
@@ -544,10 +554,24 @@ impl TtsCore {
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<SpeechReport> {
         let mut marker = self.watermark.stream(S3GEN_SR);
-        self.generate_unmarked(text, opts, progress, &mut |piece| {
-            let marked = marker.push(piece.to_vec())?;
-            on_audio(&marked)
-        })
+        let Some(mut stretch) = opts.stretcher()? else {
+            return self.generate_unmarked(text, opts, progress, &mut |piece| {
+                let marked = marker.push(piece.to_vec())?;
+                on_audio(&marked)
+            });
+        };
+        // speed: each piece through the stretcher, then the watermark on what it gives
+        let mut marked = |piece: Vec<f32>| -> Result<()> {
+            if piece.is_empty() {
+                return Ok(());
+            }
+            on_audio(&marker.push(piece)?)
+        };
+        let report = self.generate_unmarked(text, opts, progress, &mut |piece| {
+            marked(stretch.process(piece)?)
+        })?;
+        marked(stretch.finish()?)?;
+        Ok(report.at_speed(stretch.speed()))
     }
 
     /// [`TtsCore::generate_stream`] without the watermark.
@@ -632,10 +656,15 @@ impl TtsCore {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Audio, SpeechReport)> {
         let mut wav = Vec::new();
-        let report = self.generate_unmarked(text, opts, progress, &mut |s| {
+        let mut report = self.generate_unmarked(text, opts, progress, &mut |s| {
             wav.extend_from_slice(s);
             Ok(())
         })?;
+        if let Some(speed) = opts.stretch_speed() {
+            // the whole output at once: the same samples as generate_stream's stretcher gives
+            wav = chatterbox_dsp::time_stretch(&wav, S3GEN_SR, speed)?;
+            report = report.at_speed(speed);
+        }
         self.watermark.apply(&mut wav, S3GEN_SR)?;
         Ok((Audio::new(wav, S3GEN_SR), report))
     }

@@ -63,6 +63,9 @@ pub struct AudioChunk {
     /// count from the stream's first sample; a sentence's timing comes with the chunk made
     /// when its audio ended, so its end can lie up to half a crossfade past this chunk's
     /// samples (or, when the crossfade held all of them back, it comes in the next chunk).
+    /// At a [`GenerateOptions::speed`] other than 1 the times are those of the stretched
+    /// output, and the stretcher holds back about 60 ms of input, so the end can lie that
+    /// much further (divided by the speed) past the chunk's samples.
     pub captions: Vec<SentenceTiming>,
 }
 
@@ -185,6 +188,9 @@ pub struct SpeechStream<'a> {
     /// Where each segment given to `fader` lies in the output.
     timeline: Timeline,
     ready: VecDeque<AudioChunk>,
+    /// Plays the audio [`GenerateOptions::speed`] times faster (none at speed 1), before the
+    /// watermark.
+    stretch: Option<chatterbox_dsp::TimeStretcher>,
     /// Watermarks each chunk with the audio before it as context.
     marker: StreamWatermarker,
     chunks: usize,
@@ -243,6 +249,7 @@ impl<'a> SpeechStream<'a> {
             fader: Crossfader::new(fade),
             timeline: Timeline::new(fade),
             ready: VecDeque::new(),
+            stretch: opts.stretcher()?,
             marker: core.watermark.stream(S3GEN_SR),
             chunks: 0,
             emitted: 0,
@@ -295,8 +302,18 @@ impl<'a> SpeechStream<'a> {
         }
     }
 
-    /// Queues `samples` as a chunk (empty ones only when last).
+    /// Queues `samples` as a chunk (empty ones only when last), through the stretcher at a
+    /// speed other than 1.
     fn emit(&mut self, samples: Vec<f32>, is_last: bool) -> Result<()> {
+        let samples = match self.stretch.as_mut() {
+            None => samples,
+            Some(s) if is_last => {
+                let mut out = s.process(&samples)?;
+                out.extend(s.finish()?);
+                out
+            }
+            Some(s) => s.process(&samples)?,
+        };
         if samples.is_empty() && !is_last {
             return Ok(());
         }
@@ -627,9 +644,12 @@ impl<'a> SpeechStream<'a> {
         out.extend(self.fader.end_segment());
         let more_follows = self.next_text < self.texts.len()
             || self.silence.get(self.next_text).is_some_and(|&p| p > 0);
-        let timing = self
-            .timeline
-            .sentence(s.index, &s.text, s.faded + audio.len(), more_follows);
+        let mut timing =
+            self.timeline
+                .sentence(s.index, &s.text, s.faded + audio.len(), more_follows);
+        if let Some(speed) = self.opts.stretch_speed() {
+            timing = timing.at_speed(speed);
+        }
         self.captions.push(timing.clone());
         self.captions_due.push(timing);
         if s.cut {
