@@ -455,6 +455,10 @@ pub struct GenerationArgs {
     /// Always pick the most likely token instead of sampling (deterministic, often flat).
     #[arg(long)]
     pub greedy: bool,
+    /// Play the speech this many times faster at the same pitch, 0.25 to 4 (time-stretched
+    /// after generation; captions follow) [1: no stretching].
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f32>,
 }
 
 /// A `--model` of `chatterbox serve`: the model and, optionally, its own checkpoint directory

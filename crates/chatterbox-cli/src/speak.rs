@@ -134,6 +134,9 @@ pub fn options(
     if let Some(v) = g.chunk_chars {
         o.max_chunk_chars = v;
     }
+    if let Some(v) = g.speed {
+        o.speed = v;
+    }
     o.greedy = g.greedy;
     o.language = language.map(str::to_string);
     o.validate()?;
