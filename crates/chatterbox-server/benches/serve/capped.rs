@@ -1,0 +1,92 @@
+//! The served model with its `max_new_tokens` capped at a value the bench sets between phases
+//! (what `ServerConfig::max_new_tokens` does, without reloading the model).
+use chatterbox_pipeline::{Audio, GenerateOptions};
+use chatterbox_server::{
+    BatchItem, ChunkIter, ModelError, ModelId, PipelineModel, RequestBatch, SpeechModel,
+};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The served model, its `max_new_tokens` capped at a value the bench changes between phases.
+pub struct Capped {
+    /// The model.
+    pub inner: PipelineModel,
+    /// The cap, which the bench changes between phases.
+    pub cap: Arc<AtomicUsize>,
+}
+
+impl SpeechModel for Capped {
+    fn id(&self) -> ModelId {
+        self.inner.id()
+    }
+    fn default_options(&self) -> GenerateOptions {
+        self.inner.default_options()
+    }
+    fn use_voice(&mut self, path: Option<&Path>) -> Result<(), ModelError> {
+        self.inner.use_voice(path)
+    }
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Result<(), ModelError> {
+        self.inner.save_voice(audio, path)
+    }
+    fn stream<'a>(
+        &'a self,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<ChunkIter<'a>, ModelError> {
+        self.inner.stream(text, &capped(opts, &self.cap))
+    }
+    fn concurrency(&self) -> usize {
+        self.inner.concurrency()
+    }
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
+        Some(self.inner.batch()?.map(|inner| {
+            Box::new(CappedBatch {
+                inner,
+                cap: self.cap.clone(),
+            }) as Box<dyn RequestBatch + '_>
+        }))
+    }
+}
+
+/// `opts` with `max_new_tokens` at most `cap` (and at least 1).
+fn capped(opts: &GenerateOptions, cap: &AtomicUsize) -> GenerateOptions {
+    let mut o = opts.clone();
+    o.max_new_tokens = o.max_new_tokens.min(cap.load(Ordering::Acquire).max(1));
+    o
+}
+
+/// [`Capped`]'s batch: the same cap on what is added.
+struct CappedBatch<'a> {
+    inner: Box<dyn RequestBatch + 'a>,
+    cap: Arc<AtomicUsize>,
+}
+
+impl RequestBatch for CappedBatch<'_> {
+    fn has_room(&self) -> bool {
+        self.inner.has_room()
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn add(
+        &mut self,
+        voice: Option<&Path>,
+        text: &str,
+        opts: &GenerateOptions,
+    ) -> Result<u64, ModelError> {
+        self.inner.add(voice, text, &capped(opts, &self.cap))
+    }
+    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
+        self.inner.step(emit)
+    }
+    fn cancel(&mut self, id: u64) {
+        self.inner.cancel(id)
+    }
+    fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
+        self.inner.timings()
+    }
+    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
+        self.inner.save_voice(audio, path)
+    }
+}
