@@ -44,6 +44,9 @@ pub struct Overrides {
     pub seed: Option<u64>,
     /// `language` (the multilingual model's language id).
     pub language: Option<String>,
+    /// `speed` (OpenAI's), 0.25 to 4: the speech played that many times faster at the same
+    /// pitch (chatterbox-pipeline's `GenerateOptions::speed`, a time stretch after generation).
+    pub speed: Option<f32>,
 }
 
 impl Overrides {
@@ -83,6 +86,7 @@ impl Overrides {
         if self.language.is_some() {
             opts.language.clone_from(&self.language);
         }
+        set(&mut opts.speed, self.speed);
     }
 }
 
@@ -114,8 +118,7 @@ pub struct SpeechRequest {
 
 impl SpeechRequest {
     /// Reads a JSON body. `instructions` is accepted and ignored (Chatterbox has no
-    /// instruction following); `speed` must be 1 (no time stretching is done, and none is
-    /// faked).
+    /// instruction following); `speed` is OpenAI's, 0.25 to 4 (see [`Overrides::speed`]).
     pub fn from_json(body: &[u8], max_chars: usize) -> Result<Self, ApiError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
@@ -158,17 +161,16 @@ impl SpeechRequest {
             Some(f) => StreamFormat::parse(&f)?,
             None => StreamFormat::File,
         };
-        if let Some(speed) = number(&obj, "speed")? {
-            if !(0.25..=4.0).contains(&speed) {
+        let speed = number(&obj, "speed")?;
+        if let Some(v) = speed {
+            if chatterbox_dsp::stretch::check_speed(v).is_err() {
                 return Err(ApiError::invalid(
                     "speed",
-                    format!("speed = {speed}; expected 0.25 to 4.0"),
-                ));
-            }
-            if speed != 1.0 {
-                return Err(ApiError::invalid(
-                    "speed",
-                    format!("speed = {speed} is not supported: this server speaks at speed 1.0"),
+                    format!(
+                        "speed = {v} is out of range: expected from {} to {}",
+                        chatterbox_dsp::stretch::MIN_SPEED,
+                        chatterbox_dsp::stretch::MAX_SPEED
+                    ),
                 ));
             }
         }
@@ -215,6 +217,8 @@ impl SpeechRequest {
                 })?),
             },
             language: string(&obj, "language")?,
+            // 1 is the exact path (no stretcher), whether given or not
+            speed: speed.filter(|&v| v != 1.0),
         };
         Ok(Self {
             model,
@@ -312,7 +316,11 @@ mod tests {
                 "stream_format",
             ),
             (
-                r#"{"model":"m","input":"a","response_format":"wav","speed":2}"#,
+                r#"{"model":"m","input":"a","response_format":"wav","speed":4.5}"#,
+                "speed",
+            ),
+            (
+                r#"{"model":"m","input":"a","response_format":"wav","speed":"fast"}"#,
                 "speed",
             ),
             (
@@ -411,6 +419,33 @@ mod tests {
                     "default {name} = {v}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn speed_is_read_in_openais_range() {
+        let with = |v: serde_json::Value| {
+            let body = serde_json::json!({"model": "m", "input": "a", "response_format": "wav",
+                                          "speed": v});
+            parse(&body.to_string())
+        };
+        for (v, want) in [
+            (0.25, Some(0.25)),
+            (4.0, Some(4.0)),
+            (1.5, Some(1.5)),
+            (1.0, None),
+        ] {
+            let r = with(serde_json::json!(v)).unwrap();
+            assert_eq!(r.overrides.speed, want, "{v}");
+            let mut o = GenerateOptions::english();
+            r.overrides.apply(&mut o);
+            assert_eq!(o.speed, v, "{v}");
+        }
+        for bad in [0.24, 4.01, 0.0, -1.0, 100.0] {
+            let e = with(serde_json::json!(bad)).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+            assert_eq!(e.param.as_deref(), Some("speed"));
+            assert!(e.message.contains("0.25 to 4"), "{}", e.message);
         }
     }
 

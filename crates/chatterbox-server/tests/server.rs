@@ -191,7 +191,7 @@ async fn errors_have_their_status_and_json() {
         ("stream_format", json!("chunks"), "stream_format"),
         ("input", json!("x".repeat(4097)), "input"),
         ("temperature", json!(-1), "temperature"),
-        ("speed", json!(1.5), "speed"),
+        ("speed", json!(4.5), "speed"),
     ] {
         let mut body = req("wav");
         body[field] = value;
