@@ -1,0 +1,11 @@
+//! `chatterbox speak` and `chatterbox vc` end to end on the tiny random checkpoint of the
+//! committed pipeline fixtures (parity/fixtures/pipeline/english.*, vc.*), laid out as a
+//! hub-layout checkpoint directory.
+mod support;
+
+#[cfg(unix)]
+mod interrupt;
+mod speak;
+mod stream;
+mod vc;
+mod watermark;
