@@ -6,7 +6,10 @@ Checks: whole files (wav, flac, pcm) decode and have a plausible length; a reque
 delivers a chunked WAV stream, raw PCM and Ogg Opus (pages walked, exact end granule); SSE events carry base64 audio and end with
 `speech.audio.done`; a voice uploaded to the library is used by name and deleted; the client
 raises the right exceptions (unknown voice or model: NotFoundError; a format the server does not
-encode (aac), a bad speed: BadRequestError; a wrong key: AuthenticationError); `models.list()`.
+encode (aac), a speed outside 0.25..4: BadRequestError; a wrong key: AuthenticationError);
+`models.list()`; `speed` (OpenAI's own parameter) gives round(n / speed) samples of the n at
+speed 1; SSE with `"timestamps": true` (in extra_body) carries `speech.audio.timestamps` events
+whose sentence times end with the audio, divided by the speed at another speed.
 """
 
 import argparse
@@ -321,6 +324,56 @@ def main():
             raise AssertionError("a deleted voice still speaks")
         return plausible(n)
 
+    def speed_scales_the_length():
+        def pcm(speed):
+            r = client.audio.speech.create(
+                model="tts-1", voice="alloy", input=text, response_format="pcm", speed=speed,
+                extra_body={"seed": 5},
+            )
+            return len(r.content) // 2
+        one = pcm(1.0)
+        out = []
+        for speed in (2.0, 0.5):
+            n = pcm(speed)
+            # Rust's f64::round: half away from zero, as Python's floor(x + 0.5) for x >= 0
+            want = math.floor(one / speed + 0.5)
+            expect(n == want, f"speed {speed}: {n} samples, want {want} (speed 1: {one})")
+            out.append(f"x{speed}: {n}")
+        return f"x1: {one}, " + ", ".join(out)
+
+    def timestamps(speed):
+        """The SSE stream with timestamps: its samples and its sentences' (start, end)."""
+        samples, spans = 0, []
+        body = {"seed": 5, "timestamps": True}
+        with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input="Hello there. [pause 300ms] How are you?",
+            response_format="pcm", speed=speed,
+            **({"stream_format": "sse", "extra_body": body} if native_stream_format
+               else {"extra_body": {**body, "stream_format": "sse"}}),
+        ) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                ev = json.loads(line[5:])
+                if ev["type"] == "speech.audio.delta":
+                    samples += len(base64.b64decode(ev["audio"])) // 2
+                elif ev["type"] == "speech.audio.timestamps":
+                    for s in ev["sentences"]:
+                        spans.append((s["start_time"], s["end_time"], [w["word"] for w in s["words"]]))
+        return samples, spans
+
+    def sse_timestamps_at_a_speed():
+        n1, one = timestamps(1.0)
+        n2, two = timestamps(2.0)
+        words = [w for s in one for w in s[2]]
+        expect(words == ["Hello", "there.", "How", "are", "you?"], f"words {words}")
+        for n, spans in ((n1, one), (n2, two)):
+            expect(len(spans) == 2, f"sentences {spans}")
+            expect(abs(spans[-1][1] - n / SAMPLE_RATE) < 0.001, f"ends at {spans[-1][1]}, audio {n}")
+        for (a1, b1, _), (a2, b2, _) in zip(one, two):
+            expect(abs(a2 - a1 / 2) < 0.0015 and abs(b2 - b1 / 2) < 0.0015, f"{one} vs {two}")
+        return f"{[(round(a, 3), round(b, 3)) for a, b, _ in two]} at x2, {n2} samples"
+
     def raises(exc, **kwargs):
         body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "wav"}
         body.update(kwargs)
@@ -362,7 +415,9 @@ def main():
     check("unknown voice -> NotFoundError", raises(openai.NotFoundError, voice="nobody"))
     check("unknown model -> NotFoundError", raises(openai.NotFoundError, model="whisper-1"))
     check("aac -> BadRequestError", raises(openai.BadRequestError, response_format="aac"))
-    check("speed 2.0 -> BadRequestError", raises(openai.BadRequestError, speed=2.0))
+    check("speed 2.0 and 0.5: round(n / speed) samples", speed_scales_the_length)
+    check("sse timestamps, at speed 1 and 2", sse_timestamps_at_a_speed)
+    check("speed 4.5 -> BadRequestError", raises(openai.BadRequestError, speed=4.5))
     check("wrong key -> AuthenticationError", wrong_key)
     check("models.list", models)
 

@@ -1,7 +1,8 @@
 //! `cargo xtask openai-client`: the official `openai` Python package (in its own venv,
 //! `target/openai-venv`) against `chatterbox serve` on the tiny English checkpoint of the
 //! committed fixtures, on 127.0.0.1 and an ephemeral port: `xtask/openai_client.py` checks
-//! whole files, streams, SSE, a library voice and the errors the client raises.
+//! whole files, streams, SSE (timestamps included), `speed`, a library voice and the errors the
+//! client raises.
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader};
