@@ -1,6 +1,6 @@
 //! The `chatterbox` binary as a user runs it: help, and the errors a user can make, each a
 //! clear message and a non-zero exit before any expensive work.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn chatterbox(args: &[&str]) -> Output {
@@ -15,6 +15,16 @@ fn chatterbox(args: &[&str]) -> Output {
         Ok(o) => o,
         Err(e) => unreachable!("cannot run the chatterbox binary: {e}"),
     }
+}
+
+/// `chatterbox speak` with `args`, the checkpoint folder `model_dir` and the output `out`.
+fn speak_with(model_dir: &str, out: &str, args: &[&str]) -> Output {
+    chatterbox(&[&["speak"], args, &["--model-dir", model_dir, "-o", out]].concat())
+}
+
+/// `chatterbox vc` with `args`, the checkpoint folder `model_dir` and the output `out`.
+fn vc_with(model_dir: &str, out: &str, args: &[&str]) -> Output {
+    chatterbox(&[&["vc"], args, &["--model-dir", model_dir, "-o", out]].concat())
 }
 
 fn stderr(o: &Output) -> String {
@@ -57,28 +67,21 @@ fn tempdir() -> tempfile::TempDir {
     }
 }
 
+/// A temporary folder holding the tone of [`write_tone`] as `name`, and the tone's path.
+fn tempdir_with_tone(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempdir();
+    let path = dir.path().join(name);
+    write_tone(&path);
+    (dir, path)
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap_or_default()
 }
 
 #[test]
 fn help_explains_the_commands_with_examples() {
-    let o = chatterbox(&["--help"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
-    for needle in [
-        "speak",
-        "vc",
-        "Examples:",
-        "--model-dir",
-        "chatterbox speak \"",
-    ] {
-        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
-    }
-    let o = chatterbox(&["speak", "--help"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
-    for needle in [
+    let speak_options = [
         "--voice",
         "--voice-file",
         "--save-voice",
@@ -98,46 +101,40 @@ fn help_explains_the_commands_with_examples() {
         "--stream",
         "raw",
         "Examples:",
+    ];
+    let top = [
+        "speak",
+        "vc",
+        "Examples:",
+        "--model-dir",
+        "chatterbox speak \"",
+    ];
+    for (args, needles) in [
+        (&["--help"][..], &top[..]),
+        (&["speak", "--help"], &speak_options),
+        (&["vc", "--help"], &["--target"]),
     ] {
-        assert!(
-            text.contains(needle),
-            "speak --help lacks {needle:?}:\n{text}"
-        );
+        let o = chatterbox(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        for needle in needles {
+            let command = args.join(" ");
+            assert!(text.contains(needle), "{command} lacks {needle:?}:\n{text}");
+        }
     }
-    let o = chatterbox(&["vc", "--help"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("--target"));
 }
 
 #[test]
 fn a_model_directory_missing_a_file_names_the_file() {
     let dir = tempdir();
     let out = dir.path().join("out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--model-dir",
-        s(dir.path()),
-        "--device",
-        "cpu",
-        "-o",
-        s(&out),
-    ]);
+    let o = speak_with(s(dir.path()), s(&out), &["Hello.", "--device", "cpu"]);
     assert_fails_with(&o, &["missing", ".safetensors"]);
     assert!(!out.exists(), "no output on failure");
 
     let source = dir.path().join("source.wav");
     write_tone(&source);
-    let o = chatterbox(&[
-        "vc",
-        s(&source),
-        "--model-dir",
-        s(dir.path()),
-        "--device",
-        "cpu",
-        "-o",
-        s(&out),
-    ]);
+    let o = vc_with(s(dir.path()), s(&out), &[s(&source), "--device", "cpu"]);
     assert_fails_with(&o, &["s3gen.safetensors"]);
 }
 
@@ -145,32 +142,18 @@ fn a_model_directory_missing_a_file_names_the_file() {
 fn a_missing_model_directory_is_named() {
     let dir = tempdir();
     let missing = dir.path().join("no-such-checkpoint");
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--model-dir",
-        s(&missing),
-        "-o",
-        s(&dir.path().join("out.wav")),
-    ]);
+    let o = speak_with(s(&missing), s(&dir.path().join("out.wav")), &["Hello."]);
     assert_fails_with(&o, &["no-such-checkpoint", "no such directory"]);
 }
 
 #[test]
 fn an_unknown_language_lists_the_supported_ones() {
     let dir = tempdir();
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--model",
-        "multilingual",
-        "--language",
-        "xx",
-        "--model-dir",
+    let o = speak_with(
         s(dir.path()),
-        "-o",
         s(&dir.path().join("out.wav")),
-    ]);
+        &["Hello.", "--model", "multilingual", "--language", "xx"],
+    );
     assert_fails_with(&o, &["xx", "fr", "zh"]);
     // The language is checked before the (empty) model directory is read.
     assert!(!stderr(&o).contains("missing"), "{}", stderr(&o));
@@ -180,14 +163,11 @@ fn an_unknown_language_lists_the_supported_ones() {
 fn an_unwritable_output_path_fails_before_any_model_work() {
     let dir = tempdir();
     let out = dir.path().join("no/such/folder/out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--model-dir",
+    let o = speak_with(
         s(&dir.path().join("not-a-checkpoint")),
-        "-o",
         s(&out),
-    ]);
+        &["Hello."],
+    );
     assert_fails_with(&o, &["out.wav", "does not exist"]);
     assert!(!stderr(&o).contains("not-a-checkpoint"), "{}", stderr(&o));
 
@@ -200,16 +180,11 @@ fn an_unwritable_output_path_fails_before_any_model_work() {
 fn missing_inputs_are_named() {
     let dir = tempdir();
     let out = dir.path().join("out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--voice",
-        s(&dir.path().join("nobody.wav")),
-        "--model-dir",
+    let o = speak_with(
         s(dir.path()),
-        "-o",
         s(&out),
-    ]);
+        &["Hello.", "--voice", s(&dir.path().join("nobody.wav"))],
+    );
     assert_fails_with(&o, &["nobody.wav", "does not exist"]);
 
     let o = chatterbox(&["speak", "--model-dir", s(dir.path()), "-o", s(&out)]);
@@ -247,30 +222,15 @@ fn bad_option_values_are_usage_errors() {
 fn inconsistent_voice_and_config_options_are_explained() {
     let dir = tempdir();
     let out = dir.path().join("out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--save-voice",
-        s(&dir.path().join("v.safetensors")),
-        "-o",
-        s(&out),
-    ]);
+    let voice = dir.path().join("v.safetensors");
+    let o = chatterbox(&["speak", "Hello.", "--save-voice", s(&voice), "-o", s(&out)]);
     assert_fails_with(&o, &["--save-voice needs --voice"]);
 
     let cfg = dir.path().join("config.json");
     if let Err(e) = std::fs::write(&cfg, "{\"t3\": 1}") {
         unreachable!("cannot write {}: {e}", cfg.display());
     }
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--model-dir",
-        s(dir.path()),
-        "--config",
-        s(&cfg),
-        "-o",
-        s(&out),
-    ]);
+    let o = speak_with(s(dir.path()), s(&out), &["Hello.", "--config", s(&cfg)]);
     assert_fails_with(&o, &["config.json", "ChatterboxConfig"]);
 }
 
@@ -281,25 +241,18 @@ fn a_corrupt_voice_clip_is_named_before_the_model_loads() {
     if let Err(e) = std::fs::write(&clip, b"RIFF\x10\x00\x00\x00WAVEnot really audio") {
         unreachable!("cannot write {}: {e}", clip.display());
     }
-    let o = chatterbox(&[
-        "speak",
-        "Hello.",
-        "--voice",
-        s(&clip),
-        "--model-dir",
+    let o = speak_with(
         s(&dir.path().join("not-a-checkpoint")),
-        "-o",
         s(&dir.path().join("out.wav")),
-    ]);
+        &["Hello.", "--voice", s(&clip)],
+    );
     assert_fails_with(&o, &["broken.wav", "cannot read the voice clip"]);
     assert!(!stderr(&o).contains("not-a-checkpoint"), "{}", stderr(&o));
 }
 
 #[test]
 fn the_output_may_not_be_one_of_the_inputs() {
-    let dir = tempdir();
-    let tone = dir.path().join("tone.wav");
-    write_tone(&tone);
+    let (dir, tone) = tempdir_with_tone("tone.wav");
     let before = std::fs::read(&tone).unwrap_or_default();
     let text = dir.path().join("story.txt");
     std::fs::write(&text, "Once upon a time.").unwrap_or_default();
@@ -307,27 +260,10 @@ fn the_output_may_not_be_one_of_the_inputs() {
 
     // The voice clip, spelled differently.
     let spelled = dir.path().join(".").join("tone.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hi.",
-        "--voice",
-        s(&tone),
-        "--model-dir",
-        &ckpt,
-        "-o",
-        s(&spelled),
-    ]);
+    let o = speak_with(&ckpt, s(&spelled), &["Hi.", "--voice", s(&tone)]);
     assert_fails_with(&o, &["is the --voice file", "tone.wav"]);
     // The text file.
-    let o = chatterbox(&[
-        "speak",
-        "--file",
-        s(&text),
-        "--model-dir",
-        &ckpt,
-        "-o",
-        s(&text),
-    ]);
+    let o = speak_with(&ckpt, s(&text), &["--file", s(&text)]);
     assert_fails_with(&o, &["is the --file file"]);
     assert_eq!(
         std::fs::read_to_string(&text).unwrap_or_default(),
@@ -346,18 +282,11 @@ fn the_output_may_not_be_one_of_the_inputs() {
     ]);
     assert_fails_with(&o, &["--save-voice", "is the --voice file"]);
     let out = dir.path().join("out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hi.",
-        "--voice",
-        s(&tone),
-        "--save-voice",
-        s(&out),
-        "--model-dir",
+    let o = speak_with(
         &ckpt,
-        "-o",
         s(&out),
-    ]);
+        &["Hi.", "--voice", s(&tone), "--save-voice", s(&out)],
+    );
     assert_fails_with(&o, &["--save-voice and -o are the same file"]);
     // vc: the source and the target.
     for (flag, needle) in [
@@ -370,16 +299,7 @@ fn the_output_may_not_be_one_of_the_inputs() {
             (dir.path().join("other.wav"), tone.clone())
         };
         write_tone(&dir.path().join("other.wav"));
-        let o = chatterbox(&[
-            "vc",
-            s(&source),
-            "--target",
-            s(&target),
-            "--model-dir",
-            &ckpt,
-            "-o",
-            s(&tone),
-        ]);
+        let o = vc_with(&ckpt, s(&tone), &[s(&source), "--target", s(&target)]);
         assert_fails_with(&o, &[needle]);
     }
     assert_eq!(
@@ -431,19 +351,8 @@ fn values_the_model_cannot_take_are_refused_before_loading() {
     let dir = tempdir();
     let ckpt = s(dir.path()).to_string();
     let out = dir.path().join("out.wav");
-    let speak = |extra: &[&str]| {
-        let mut args = vec![
-            "speak",
-            "--model-dir",
-            &ckpt,
-            "--device",
-            "cpu",
-            "-o",
-            s(&out),
-        ];
-        args.extend_from_slice(extra);
-        chatterbox(&args)
-    };
+    let speak =
+        |extra: &[&str]| speak_with(&ckpt, s(&out), &[&["--device", "cpu"], extra].concat());
     // The empty model directory would fail the load: each of these must fail first, naming
     // the option or the input.
     let o = speak(&["Hello.", "--max-new-tokens", "1000000000"]);
@@ -489,53 +398,26 @@ fn voice_clip_formats_phone_memos_and_opus_work() {
     // An m4a (AAC) clip decodes: the refusal is about its length (a 0.3 s test tone), not its
     // format.
     let m4a = data.join("aac_mono_24k.m4a");
-    let o = chatterbox(&[
-        "speak",
-        "Hi.",
-        "--voice",
-        s(&m4a),
-        "--model-dir",
-        s(dir.path()),
-        "-o",
-        s(&out),
-    ]);
+    let o = speak_with(s(dir.path()), s(&out), &["Hi.", "--voice", s(&m4a)]);
     assert_fails_with(&o, &["aac_mono_24k.m4a is 0.4 s long"]);
     // Ogg Opus (what `chatterbox serve` writes) decodes too: the refusal is about its length
     // (a 0.3 s test tone), with no stray decoder log line.
     let opus = data.join("opus_mono_48k.ogg");
-    let o = chatterbox(&[
-        "speak",
-        "Hi.",
-        "--voice",
-        s(&opus),
-        "--model-dir",
-        s(dir.path()),
-        "-o",
-        s(&out),
-    ]);
+    let o = speak_with(s(dir.path()), s(&out), &["Hi.", "--voice", s(&opus)]);
     assert_fails_with(&o, &["opus_mono_48k.ogg is 0.3 s long"]);
     assert!(!stderr(&o).contains("ERROR"), "{}", stderr(&o));
 }
 
 #[test]
 fn bad_vc_windows_are_refused_before_any_model_work() {
-    let dir = tempdir();
-    let source = dir.path().join("source.wav");
-    write_tone(&source);
+    let (dir, source) = tempdir_with_tone("source.wav");
     let out = dir.path().join("out.wav");
     let vc = |extra: &[&str]| {
-        let mut args = vec![
-            "vc",
-            s(&source),
-            "--model-dir",
+        vc_with(
             s(dir.path()),
-            "--device",
-            "cpu",
-            "-o",
             s(&out),
-        ];
-        args.extend_from_slice(extra);
-        chatterbox(&args)
+            &[&[s(&source), "--device", "cpu"], extra].concat(),
+        )
     };
     // Values the library refuses: exit 1 (the option named, as the library's rule says),
     // before the (empty) checkpoint directory is read.
