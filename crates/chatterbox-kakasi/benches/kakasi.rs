@@ -6,7 +6,7 @@
 //! The dictionary is `$CHATTERBOX_KAKASI_DICT`, else `target/bench/kakasi_dict.tsv`, exported with
 //! `parity/.venv` (pykakasi 2.3.0) when missing.
 use chatterbox_kakasi::{Kakasi, KakasiDict};
-use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, time_it, BenchRun};
 use chatterbox_text::{punc_norm, Language, MTLTokenizer, Variant};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,31 +52,15 @@ fn main() -> anyhow::Result<()> {
     )?
     .with_kanji_reader(Some(Arc::new(kakasi.clone())));
 
-    let mut records = Vec::new();
-    let mut push = |stage: &str, shape: &str, timing| {
-        let r = BenchRecord {
-            group: "kakasi".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: "cpu".into(),
-            threads: 1,
-            timing,
-            shape: shape.into(),
-        };
-        eprintln!(
-            "{stage:<24} {:>9.3} ms (median of {})",
-            r.timing.median_ms, r.timing.iters
-        );
-        records.push(r);
-    };
-    push(
+    let mut bench = BenchRun::new("kakasi", "cpu", 1, 24);
+    bench.push_timing(
         "dict_load",
-        &format!("{} words", kakasi.dict().len()),
+        format!("{} words", kakasi.dict().len()),
         time_it(1, 3, 1.0, || {
             black_box(KakasiDict::from_file(&path).ok());
         }),
     );
-    push(
+    bench.push_timing(
         "kakasi_convert",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -85,7 +69,7 @@ fn main() -> anyhow::Result<()> {
             }
         }),
     );
-    push(
+    bench.push_timing(
         "ja_mtl_text_tokens",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -95,6 +79,6 @@ fn main() -> anyhow::Result<()> {
         }),
     );
 
-    chatterbox_testkit::emit_records(&records)?;
+    bench.emit()?;
     Ok(())
 }

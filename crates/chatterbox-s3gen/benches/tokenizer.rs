@@ -11,29 +11,8 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_s3gen::tokenizer::{ModelConfig, S3Tokenizer, FSMN_KERNEL, FSQ_DIM};
-use chatterbox_testkit::{black_box, device_name, test_device, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, device_name, noisy_harmonics, test_device, time_it, BenchRun};
 use std::collections::HashMap;
-
-/// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise).
-fn signal(sr: u32, secs: f64) -> Vec<f32> {
-    let n = (sr as f64 * secs).round() as usize;
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / sr as f64;
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            let mut v = 0.0;
-            for h in 1..=10 {
-                v += (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64;
-            }
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let noise = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-            (0.2 * v * (0.55 + 0.45 * (8.0 * std::f64::consts::PI * t).sin()) + 0.01 * noise) as f32
-        })
-        .collect()
-}
 
 /// Random weights with the checkpoint's key names and shapes.
 fn random_weights(cfg: &ModelConfig, dev: &Device) -> candle_core::Result<HashMap<String, Tensor>> {
@@ -111,25 +90,9 @@ fn main() -> anyhow::Result<()> {
     };
     let tok = S3Tokenizer::new(&cfg, vb)?;
 
-    let mut records = Vec::new();
-    let mut push = |stage: &str, shape: &str, timing| {
-        let r = BenchRecord {
-            group: "tokenizer".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: device_name.into(),
-            threads,
-            timing,
-            shape: shape.into(),
-        };
-        eprintln!(
-            "{stage:<34} {:>9.3} ms (median of {})",
-            r.timing.median_ms, r.timing.iters
-        );
-        records.push(r);
-    };
-    let x6 = signal(16_000, 6.0);
-    let x10 = signal(16_000, 10.0);
+    let mut bench = BenchRun::new("tokenizer", device_name, threads, 34);
+    let x6 = noisy_harmonics(16_000, 6.0);
+    let x10 = noisy_harmonics(16_000, 10.0);
     for (stage, shape, wav, max_len) in [
         ("tokenizer_6s", "6 s @ 16 kHz -> 150 tokens", &x6, Some(150)),
         ("tokenizer_10s", "10 s @ 16 kHz -> 250 tokens", &x10, None),
@@ -142,7 +105,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         };
         run()?;
-        push(
+        bench.push_timing(
             stage,
             shape,
             time_it(2, 10, 3.0, || {
@@ -151,7 +114,7 @@ fn main() -> anyhow::Result<()> {
         );
         // the model alone (mel precomputed), to separate the front end from the encoder
         let (mel, lens) = tok.mel_batch(&[wav.as_slice()], 16_000, max_len)?;
-        push(
+        bench.push_timing(
             &format!("{stage}_model"),
             shape,
             time_it(2, 10, 3.0, || {
@@ -163,6 +126,6 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    chatterbox_testkit::emit_records(&records)?;
+    bench.emit()?;
     Ok(())
 }

@@ -10,30 +10,8 @@ use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
 use chatterbox_speaker::{CAMPPlus, CAMPPlusConfig, EmbedOptions, VoiceEncConfig, VoiceEncoder};
-use chatterbox_testkit::{black_box, time_it, BenchRecord, Timing};
+use chatterbox_testkit::{black_box, noisy_harmonics, time_it, BenchRecord, Timing};
 use std::sync::Mutex;
-
-/// A deterministic speech-like test signal (harmonics, amplitude modulation, a little noise):
-/// never 20 dB below its peak for long, so the VoiceEncoder's trim keeps it whole.
-fn signal(sr: u32, secs: f64) -> Vec<f32> {
-    let n = (sr as f64 * secs).round() as usize;
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / sr as f64;
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            let mut v = 0.0;
-            for h in 1..=10 {
-                v += (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64;
-            }
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let noise = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-            (0.2 * v * (0.55 + 0.45 * (8.0 * std::f64::consts::PI * t).sin()) + 0.01 * noise) as f32
-        })
-        .collect()
-}
 
 /// Random full-size weights for whatever the model asks for (names decide the distribution:
 /// BatchNorm variances positive, norm gains near 1).
@@ -156,7 +134,7 @@ fn main() -> anyhow::Result<()> {
                 (1, 3, 0.0)
             };
             for secs_audio in [6.0, 40.0] {
-                let x = signal(16_000, secs_audio);
+                let x = noisy_harmonics(16_000, secs_audio);
                 let stage = format!("ve_embeds_from_wavs_{secs_audio}s{suffix}");
                 push(
                     &stage,
@@ -169,7 +147,7 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             for secs_audio in [6.0, 10.0] {
-                let x = signal(16_000, secs_audio);
+                let x = noisy_harmonics(16_000, secs_audio);
                 let stage = format!("campplus_inference_{secs_audio}s{suffix}");
                 push(
                     &stage,

@@ -131,6 +131,17 @@ impl BenchRun {
         self.push(stage, shape, timing);
     }
 
+    /// A stage timed by [`time_it`].
+    pub fn push_timing(&mut self, stage: &str, shape: impl Into<String>, timing: Timing) {
+        eprintln!(
+            "{stage:<w$} {:>9.3} ms (median of {})",
+            timing.median_ms,
+            timing.iters,
+            w = self.width
+        );
+        self.push(stage, shape.into(), timing);
+    }
+
     /// A stage measured once (a ratio or megabytes, as its name says), stored as the timing.
     pub fn push_value(&mut self, stage: &str, shape: String, value: f64) {
         eprintln!("{stage:<w$} {value:>12.2}  {shape}", w = self.width);

@@ -4,7 +4,7 @@
 //!
 //! Japanese runs without a kanji reader on both sides (the reference with pykakasi made
 //! unimportable); chatterbox-kakasi's bench times the Japanese path with pykakasi's dictionary.
-use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, time_it, BenchRun};
 use chatterbox_text::{
     punc_norm, EnTokenizer, Language, MTLTokenizer, SentenceChunker, TurboTokenizer, Variant,
 };
@@ -41,24 +41,8 @@ fn main() -> anyhow::Result<()> {
         .repeat(10);
     let chunker = SentenceChunker::new(250)?;
 
-    let mut records = Vec::new();
-    let mut push = |stage: &str, shape: &str, timing| {
-        let r = BenchRecord {
-            group: "text".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: "cpu".into(),
-            threads: 1,
-            timing,
-            shape: shape.into(),
-        };
-        eprintln!(
-            "{stage:<24} {:>9.3} ms (median of {})",
-            r.timing.median_ms, r.timing.iters
-        );
-        records.push(r);
-    };
-    push(
+    let mut bench = BenchRun::new("text", "cpu", 1, 24);
+    bench.push_timing(
         "punc_norm_3_variants",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -69,7 +53,7 @@ fn main() -> anyhow::Result<()> {
             }
         }),
     );
-    push(
+    bench.push_timing(
         "en_text_tokens",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -78,7 +62,7 @@ fn main() -> anyhow::Result<()> {
             }
         }),
     );
-    push(
+    bench.push_timing(
         "mtl_text_tokens",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -88,7 +72,7 @@ fn main() -> anyhow::Result<()> {
             }
         }),
     );
-    push(
+    bench.push_timing(
         "turbo_text_tokens",
         &shape,
         time_it(2, 10, 1.0, || {
@@ -97,14 +81,14 @@ fn main() -> anyhow::Result<()> {
             }
         }),
     );
-    push(
+    bench.push_timing(
         "chunk_250",
-        &format!("{} characters", long.chars().count()),
+        format!("{} characters", long.chars().count()),
         time_it(2, 10, 1.0, || {
             black_box(chunker.chunk(&long));
         }),
     );
 
-    chatterbox_testkit::emit_records(&records)?;
+    bench.emit()?;
     Ok(())
 }

@@ -11,7 +11,9 @@
 //! and `CHATTERBOX_BENCH_ITERS` (default 3) bound the time per stage.
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use chatterbox_testkit::{black_box, device_name, test_device, time_it, BenchRecord};
+use chatterbox_testkit::{
+    black_box, device_name, env_f64, env_usize, test_device, time_it, BenchRun,
+};
 use chatterbox_vocoder::{HiFTConfig, HiFTGenerator, SineDraws};
 use rand::SeedableRng;
 
@@ -40,22 +42,16 @@ fn mel(frames: usize, device: &Device) -> anyhow::Result<Tensor> {
 
 fn main() -> anyhow::Result<()> {
     let (dev, dev_name) = device()?;
-    let threads: usize = std::env::var("CHATTERBOX_BENCH_THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(candle_core::utils::get_num_threads);
+    let threads = env_usize(
+        "CHATTERBOX_BENCH_THREADS",
+        candle_core::utils::get_num_threads(),
+    );
     let stages = std::env::var("CHATTERBOX_BENCH_STAGES").unwrap_or_default();
     let only_frames: Option<usize> = std::env::var("CHATTERBOX_BENCH_FRAMES")
         .ok()
         .and_then(|s| s.parse().ok());
-    let min_secs: f64 = std::env::var("CHATTERBOX_BENCH_MIN_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let iters: usize = std::env::var("CHATTERBOX_BENCH_ITERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let min_secs = env_f64("CHATTERBOX_BENCH_MIN_SECS", 2.0);
+    let iters = env_usize("CHATTERBOX_BENCH_ITERS", 3);
     let varmap = VarMap::new();
     let hift = HiFTGenerator::new(
         &HiFTConfig::s3gen(),
@@ -67,28 +63,13 @@ fn main() -> anyhow::Result<()> {
         black_box(t);
         Ok(())
     };
-    let mut records = Vec::new();
+    let mut bench = BenchRun::new("vocoder", dev_name, threads, 34);
     for (frames, secs) in [(200usize, 4usize), (1000, 20)] {
         if only_frames.is_some_and(|f| f != frames) {
             continue;
         }
         let mel = mel(frames, &dev)?;
-        let mut push = |stage: String, timing| {
-            let r = BenchRecord {
-                group: "vocoder".into(),
-                stage,
-                implementation: "rust".into(),
-                device: dev_name.into(),
-                threads,
-                timing,
-                shape: format!("{frames} mel frames -> {secs} s @ 24 kHz"),
-            };
-            eprintln!(
-                "{:<34} {:>9.3} ms (median of {})",
-                r.stage, r.timing.median_ms, r.timing.iters
-            );
-            records.push(r);
-        };
+        let shape = format!("{frames} mel frames -> {secs} s @ 24 kHz");
         let mut rng = rand::rngs::StdRng::seed_from_u64(0);
         let mut err = None;
         let timing = time_it(1, iters, min_secs, || {
@@ -109,7 +90,7 @@ fn main() -> anyhow::Result<()> {
         if let Some(e) = err {
             return Err(e);
         }
-        push(format!("hift_inference_{secs}s"), timing);
+        bench.push_timing(&format!("hift_inference_{secs}s"), &shape, timing);
         if stages.contains("decode") {
             let draws = SineDraws::sample_on_device(1, 9, frames * 480, &dev)?;
             let source = hift.inference_with_draws(&mel, &draws, None)?.1;
@@ -118,13 +99,13 @@ fn main() -> anyhow::Result<()> {
                     let _ = sync(&wav);
                 }
             });
-            push(format!("hift_decode_{secs}s"), timing);
+            bench.push_timing(&format!("hift_decode_{secs}s"), &shape, timing);
             let timing = time_it(1, iters, min_secs, || {
                 if let Ok(s) = hift.f0(&mel).and_then(|f0| hift.source(&f0, &draws, None)) {
                     let _ = sync(&s);
                 }
             });
-            push(format!("hift_f0_source_{secs}s"), timing);
+            bench.push_timing(&format!("hift_f0_source_{secs}s"), &shape, timing);
         }
         if stages.contains("ups") {
             // (c_in, c_out, kernel, stride, input length) of ups.0..2 for this many frames.
@@ -164,10 +145,10 @@ fn main() -> anyhow::Result<()> {
                 } else {
                     "convtr_unpadded"
                 };
-                push(format!("{name}_{secs}s"), timing);
+                bench.push_timing(&format!("{name}_{secs}s"), &shape, timing);
             }
         }
     }
-    chatterbox_testkit::emit_records(&records)?;
+    bench.emit()?;
     Ok(())
 }

@@ -10,7 +10,9 @@
 //! STFT and resampling stay on the CPU, as in the crate). `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
 //! time per stage.
 use anyhow::{bail, Context};
-use chatterbox_testkit::{black_box, device_name, speech_like, test_device, time_it, BenchRecord};
+use chatterbox_testkit::{
+    black_box, device_name, env_f64, env_usize, speech_like, test_device, time_it, BenchRun,
+};
 use chatterbox_watermark::{PerthWatermarker, PERTH_CHECKPOINT_IN_WHEEL};
 use std::path::{Path, PathBuf};
 
@@ -35,18 +37,12 @@ fn checkpoint() -> anyhow::Result<PathBuf> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let threads: usize = std::env::var("CHATTERBOX_BENCH_THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(candle_core::utils::get_num_threads);
-    let min_secs: f64 = std::env::var("CHATTERBOX_BENCH_MIN_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0);
-    let iters: usize = std::env::var("CHATTERBOX_BENCH_ITERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+    let threads = env_usize(
+        "CHATTERBOX_BENCH_THREADS",
+        candle_core::utils::get_num_threads(),
+    );
+    let min_secs = env_f64("CHATTERBOX_BENCH_MIN_SECS", 2.0);
+    let iters = env_usize("CHATTERBOX_BENCH_ITERS", 3);
     let device = test_device("CHATTERBOX_BENCH_DEVICE")?;
     let label = device_name(&device);
     let wm = PerthWatermarker::load(checkpoint()?, &device)?;
@@ -55,7 +51,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         "rubato"
     };
-    let mut records = Vec::new();
+    let mut bench = BenchRun::new("watermark", label, threads, 28);
     for sr in [24_000u32, 32_000] {
         let x = speech_like(sr, 10.0);
         let marked = wm.apply_watermark(&x, sr)?;
@@ -86,22 +82,10 @@ fn main() -> anyhow::Result<()> {
                 ("embed", _) => format!("{engine} to 32 kHz and back"),
                 _ => "polyphase to 32 kHz".to_string(),
             };
-            let r = BenchRecord {
-                group: "watermark".into(),
-                stage: format!("perth_{stage}_{khz}k_10s"),
-                implementation: "rust".into(),
-                device: label.into(),
-                threads,
-                timing,
-                shape: format!("10 s @ {khz} kHz, {resampler}"),
-            };
-            eprintln!(
-                "{:<28} {:>9.3} ms (median of {})",
-                r.stage, r.timing.median_ms, r.timing.iters
-            );
-            records.push(r);
+            let stage = format!("perth_{stage}_{khz}k_10s");
+            bench.push_timing(&stage, format!("10 s @ {khz} kHz, {resampler}"), timing);
         }
     }
-    chatterbox_testkit::emit_records(&records)?;
+    bench.emit()?;
     Ok(())
 }
