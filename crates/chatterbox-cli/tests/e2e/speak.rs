@@ -1,5 +1,5 @@
 //! `chatterbox speak`: voices, the clip checks, logs, warnings and the T3 weight formats.
-use crate::support::{chatterbox, ok, p, read, setup, write_wav, R};
+use crate::support::{chatterbox, ok, p, read, setup, speak_args, write_wav, R};
 use std::path::Path;
 use std::process::Command;
 
@@ -140,21 +140,8 @@ fn rust_log_info_shows_each_stage() -> R<()> {
     let out = s.dir.with_file_name("log.wav");
     let o = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
         .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args([
-            "speak",
-            "Hello there.",
-            "--model-dir",
-            p(&s.dir),
-            "--voice",
-            p(&s.ref_wav),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "8",
-            "--quiet",
-            "-o",
-            p(&out),
-        ])
+        .args(speak_args(&s, "Hello there.", &s.ref_wav, "8"))
+        .args(["--quiet", "-o", p(&out)])
         .env_remove("CHATTERBOX_MODEL_DIR")
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null())
@@ -184,20 +171,9 @@ fn an_ordinary_8_s_clip_gives_no_warning() -> R<()> {
         let samples: Vec<f32> = clip.iter().copied().cycle().take(n).collect();
         write_wav(&long, samples, 24_000)?;
         let out = s.ref_wav.with_file_name("eight-out.wav");
-        let o = chatterbox(&[
-            "speak",
-            "Hello.",
-            "--model-dir",
-            p(&s.dir),
-            "--voice",
-            p(&long),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "4",
-            "-o",
-            p(&out),
-        ])?;
+        let mut args = speak_args(&s, "Hello.", &long, "4");
+        args.extend(["-o", p(&out)]);
+        let o = chatterbox(&args)?;
         ok(&o)?;
         let err = String::from_utf8_lossy(&o.stderr);
         anyhow::ensure!(!err.contains("WARN"), "{n} samples:\n{err}");
@@ -212,24 +188,8 @@ fn speech_cut_at_the_token_cap_is_named_in_a_warning() -> R<()> {
     let s = setup()?;
     let out = s.dir.with_file_name("cut.wav");
     for extra in [&[][..], &["--stream"], &["--quiet"]] {
-        let mut args = vec![
-            "speak",
-            "Hello there. This is a test!",
-            "--model-dir",
-            p(&s.dir),
-            "--voice",
-            p(&s.ref_wav),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "8",
-            "--chunk-chars",
-            "15",
-            "--seed",
-            "7",
-            "-o",
-            p(&out),
-        ];
+        let mut args = speak_args(&s, "Hello there. This is a test!", &s.ref_wav, "8");
+        args.extend(["--chunk-chars", "15", "--seed", "7", "-o", p(&out)]);
         args.extend(extra);
         let o = chatterbox(&args)?;
         ok(&o)?;

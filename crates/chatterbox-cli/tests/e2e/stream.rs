@@ -1,5 +1,5 @@
 //! `chatterbox speak --stream`: the same audio as without, to files and pipes.
-use crate::support::{chatterbox, ok, p, partial_files, read, setup, R};
+use crate::support::{chatterbox, ok, p, partial_files, read, setup, speak_args, R};
 use std::path::Path;
 
 /// The bytes after the 44-byte header of a PCM WAV (hound's and the stream's header).
@@ -22,20 +22,8 @@ fn stream_writes_what_generate_writes_to_files_and_pipes() -> R<()> {
         dir.join("whole.raw"),
     );
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "speak",
-            "Hello there.",
-            "--model-dir",
-            p(&s.dir),
-            "--voice",
-            p(&s.ref_wav),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "40",
-            "--seed",
-            "3",
-        ];
+        let mut args = speak_args(&s, "Hello there.", &s.ref_wav, "40");
+        args.extend(["--seed", "3"]);
         args.extend(extra);
         let o = chatterbox(&args)?;
         ok(&o)?;

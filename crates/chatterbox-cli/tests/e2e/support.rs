@@ -147,6 +147,23 @@ pub fn read(path: &Path) -> R<Vec<f32>> {
     Ok(a.samples)
 }
 
+/// `speak TEXT` with the tiny English checkpoint and the voice clip `voice`, on the CPU,
+/// drawing at most `max_tokens` speech tokens: the start of most tests' command lines.
+pub fn speak_args<'a>(
+    s: &'a Setup,
+    text: &'a str,
+    voice: &'a Path,
+    max_tokens: &'a str,
+) -> Vec<&'a str> {
+    let dir = p(&s.dir);
+    let device = ["--device", "cpu", "--max-new-tokens", max_tokens];
+    [
+        &["speak", text, "--model-dir", dir, "--voice", p(voice)][..],
+        &device,
+    ]
+    .concat()
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap_or_default()
 }

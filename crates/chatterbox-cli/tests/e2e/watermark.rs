@@ -1,5 +1,5 @@
 //! The Perth watermark: on by default, and the `watermark` commands.
-use crate::support::{ok, p, read, setup, R};
+use crate::support::{ok, p, read, setup, speak_args, R};
 use candle_core::{DType, Device};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -35,26 +35,9 @@ fn speech_is_watermarked_by_default_and_the_watermark_commands_work() -> R<()> {
     random_perth(&perth)?;
     let (marked, plain) = (out.join("marked.wav"), out.join("plain.wav"));
     let args = |o: &Path| -> Vec<String> {
-        [
-            "speak",
-            "Hello there.",
-            "--voice",
-            p(&s.ref_wav),
-            "--model-dir",
-            p(&s.dir),
-            "--device",
-            "cpu",
-            "--max-new-tokens",
-            "16",
-            "--wav-format",
-            "f32",
-            "--seed",
-            "3",
-            "-o",
-            p(o),
-        ]
-        .map(String::from)
-        .to_vec()
+        let mut args = speak_args(&s, "Hello there.", &s.ref_wav, "16");
+        args.extend(["--wav-format", "f32", "--seed", "3", "-o", p(o)]);
+        args.into_iter().map(String::from).collect()
     };
     let weights = [("CHATTERBOX_WATERMARK_WEIGHTS", p(&perth))];
     ok(&chatterbox_with(&args(&marked), &weights)?)?;
