@@ -5,10 +5,8 @@ Each stage calls what the reference calls: librosa.resample(soxr_hq) as librosa.
 does, torchaudio Resample as S3Gen.embed_ref does, and the reference's feature functions.
 """
 import argparse
-import json
 import os
 import sys
-import time
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,19 +23,8 @@ from chatterbox.models.s3tokenizer.s3tokenizer import S3Tokenizer  # noqa: E402
 from chatterbox.models.voice_encoder.config import VoiceEncConfig  # noqa: E402
 from chatterbox.models.voice_encoder.melspec import melspectrogram  # noqa: E402
 from common import speech_like  # noqa: E402
+from harness import time_it, write_record  # noqa: E402
 
-
-def time_it(f, warmup=2, min_iters=10, min_secs=1.0):
-    for _ in range(warmup):
-        f()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def main():
@@ -72,11 +59,8 @@ def main():
     ]
     with torch.inference_mode(), open(a.out, "a") as out:
         for stage, shape, f in stages:
-            timing = time_it(f)
-            rec = dict(group="dsp", stage=stage, implementation="reference", device="cpu",
-                       threads=a.threads, shape=shape, **timing)
-            print(f"{stage:<34} {timing['median_ms']:9.3f} ms (median of {timing['iters']})", file=sys.stderr)
-            out.write(json.dumps(rec) + "\n")
+            timing = time_it(f, warmup=2, min_iters=10, min_secs=1.0)
+            write_record(out, "dsp", stage, "cpu", a.threads, shape, timing, 34)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,8 @@ through `inference` (Kaldi fbank + network), under `torch.inference_mode()`; on 
 torch sees a GPU, on CUDA too (records with `device: cuda`, synchronised before the clock stops).
 """
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -21,19 +19,8 @@ import torch  # noqa: E402
 from chatterbox.models.s3gen.xvector import CAMPPlus  # noqa: E402
 from chatterbox.models.voice_encoder import VoiceEncoder  # noqa: E402
 from common import speech_like  # noqa: E402
+from harness import time_it, write_record  # noqa: E402
 
-
-def time_it(f, warmup=2, min_iters=10, min_secs=2.0):
-    for _ in range(warmup):
-        f()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def main():
@@ -46,12 +33,9 @@ def main():
     with open(a.out, "a") as out:
         for device in devices:
             for stage, shape, f in stages_on(device):
-                timing = time_it(f)
-                rec = dict(group="speaker", stage=stage, implementation="reference", device=device,
-                           threads=a.threads, shape=shape, **timing)
-                print(f"{stage:<34} {device:<5} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
-                      file=sys.stderr)
-                out.write(json.dumps(rec) + "\n")
+                timing = time_it(f, warmup=2, min_iters=10, min_secs=2.0)
+                write_record(out, "speaker", stage, device, a.threads, shape, timing, 34,
+                             label=f"{device:<5} ")
 
 
 def stages_on(device):

@@ -6,11 +6,9 @@ MTLTokenizer (pykakasi unimportable, as chatterbox-text runs without a kanji rea
 or transformers' AutoTokenizer (Turbo).
 """
 import argparse
-import json
 import logging
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -20,22 +18,11 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from chatterbox import mtl_tts, tts, tts_turbo  # noqa: E402
 from chatterbox.models.tokenizers import EnTokenizer  # noqa: E402
+from harness import time_it, write_record  # noqa: E402
 from recorders.text import NoKakasi, load_corpus, make_mtl  # noqa: E402
 
 ASSETS = os.path.join(os.path.dirname(HERE), "fixtures", "text", "assets")
 
-
-def time_it(f, warmup=2, min_iters=10, min_secs=1.0):
-    for _ in range(warmup):
-        f()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def main():
@@ -73,11 +60,8 @@ def main():
               ("mtl_text_tokens", mtl_ids), ("turbo_text_tokens", turbo_ids)]
     with open(a.out, "a") as out, NoKakasi():
         for stage, f in stages:
-            timing = time_it(f)
-            rec = dict(group="text", stage=stage, implementation="reference", device="cpu",
-                       threads=a.threads, shape=shape, **timing)
-            print(f"{stage:<24} {timing['median_ms']:9.3f} ms (median of {timing['iters']})", file=sys.stderr)
-            out.write(json.dumps(rec) + "\n")
+            timing = time_it(f, warmup=2, min_iters=10, min_secs=1.0)
+            write_record(out, "text", stage, "cpu", a.threads, shape, timing, 24)
 
 
 if __name__ == "__main__":

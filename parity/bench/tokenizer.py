@@ -7,10 +7,8 @@ the T3 prompt, `forward([wav])` on 10 s as in `S3Gen.embed_ref`; `*_model` times
 a precomputed mel. `CHATTERBOX_BENCH_DEVICE=cuda` (or `--device cuda`) times the GPU.
 """
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -21,21 +19,8 @@ import torch  # noqa: E402
 from chatterbox.models.s3tokenizer import S3Tokenizer  # noqa: E402
 from s3tokenizer.utils import padding  # noqa: E402
 from common import speech_like  # noqa: E402
+from harness import time_it, write_record  # noqa: E402
 
-
-def time_it(f, sync, warmup=2, min_iters=10, min_secs=3.0):
-    for _ in range(warmup):
-        f()
-        sync()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def main():
@@ -63,12 +48,8 @@ def main():
             mel_lens = mel_lens.to(device)
             for name, f in [(stage, lambda: tok.forward([w], max_len=max_len)),
                             (f"{stage}_model", lambda: tok.quantize(mels, mel_lens))]:
-                timing = time_it(f, sync)
-                rec = dict(group="tokenizer", stage=name, implementation="reference", device=kind,
-                           threads=a.threads, shape=shape, **timing)
-                print(f"{name:<34} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
-                      file=sys.stderr)
-                out.write(json.dumps(rec) + "\n")
+                timing = time_it(f, warmup=2, min_iters=10, min_secs=3.0, sync=sync)
+                write_record(out, "tokenizer", name, kind, a.threads, shape, timing, 34)
 
 
 if __name__ == "__main__":

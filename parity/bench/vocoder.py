@@ -8,10 +8,8 @@ leaves it: recomputed from its parametrization at every call). `CHATTERBOX_BENCH
 (or `--device cuda`) times it on the GPU, with a synchronize before the clock stops.
 """
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -20,21 +18,8 @@ import torch  # noqa: E402
 
 from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor  # noqa: E402
 from chatterbox.models.s3gen.hifigan import HiFTGenerator  # noqa: E402
+from harness import time_it, write_record  # noqa: E402
 
-
-def time_it(f, sync, warmup=1, min_iters=3, min_secs=2.0):
-    for _ in range(warmup):
-        f()
-        sync()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        sync()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def mel(frames):
@@ -63,14 +48,10 @@ def main():
     with open(a.out, "a") as out:
         for frames, secs in [(200, 4), (1000, 20)]:
             x = mel(frames).to(dev)
-            timing = time_it(lambda: hift.inference(speech_feat=x), sync)
-            rec = dict(group="vocoder", stage=f"hift_inference_{secs}s", implementation="reference",
-                       device=dev.type, threads=a.threads,
-                       shape=f"{frames} mel frames -> {secs} s @ 24 kHz", **timing)
-            print(f"{rec['stage']:<34} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
-                  file=sys.stderr)
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
+            timing = time_it(lambda: hift.inference(speech_feat=x), warmup=1, min_iters=3,
+                             min_secs=2.0, sync=sync)
+            write_record(out, "vocoder", f"hift_inference_{secs}s", dev.type, a.threads,
+                         f"{frames} mel frames -> {secs} s @ 24 kHz", timing, 34)
 
 
 if __name__ == "__main__":

@@ -6,26 +6,13 @@ polyphase when detecting) and at 32 kHz, as JSON lines. Run by `cargo xtask benc
 (parity/.venv).
 """
 import argparse
-import json
-import sys
-import time
 
 import numpy as np
 import torch
 from perth.perth_net.perth_net_implicit.perth_watermarker import PerthImplicitWatermarker
 
+from harness import time_it, write_record
 
-def time_it(f, warmup=1, min_iters=3, min_secs=2.0):
-    for _ in range(warmup):
-        f()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_secs:
-        t = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t) * 1e3)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
 
 
 def speech_like(sr, seconds):
@@ -55,13 +42,9 @@ def main():
             khz = sr // 1000
             for stage, f in [("embed", lambda: (wm.apply_watermark(x, sample_rate=sr), sync())),
                              ("detect", lambda: (wm.get_watermark(marked, sample_rate=sr), sync()))]:
-                timing = time_it(f)
-                rec = dict(group="watermark", stage=f"perth_{stage}_{khz}k_10s", implementation="reference",
-                           device=a.device.split(":")[0], threads=a.threads, shape=f"10 s @ {khz} kHz", **timing)
-                print(f"{rec['stage']:<28} {timing['median_ms']:9.3f} ms (median of {timing['iters']})",
-                      file=sys.stderr)
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
+                timing = time_it(f, warmup=1, min_iters=3, min_secs=2.0)
+                write_record(out, "watermark", f"perth_{stage}_{khz}k_10s", a.device.split(":")[0],
+                             a.threads, f"10 s @ {khz} kHz", timing, 28)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,37 @@
+"""The timing loop and the JSON record the reference bench scripts share, as the Rust benches
+share `chatterbox_testkit::time_it` and `BenchRecord`."""
+import json
+import sys
+import time
+
+
+def time_it(f, warmup, min_iters, min_secs, sync=None):
+    """`f` run `warmup` times untimed, then until both `min_iters` runs and `min_secs` seconds
+    have passed (`sync` after each run, so that device work is counted); the median, minimum
+    and count of the timed runs, in ms."""
+    for _ in range(warmup):
+        f()
+        if sync:
+            sync()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_iters or time.perf_counter() - start < min_secs:
+        t = time.perf_counter()
+        f()
+        if sync:
+            sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "iters": len(times)}
+
+
+def write_record(out, group, stage, device, threads, shape, timing, width, label=""):
+    """Appends the reference's record of `stage` to `out` (a JSON line, as `cargo xtask bench`
+    reads them) and shows it on standard error, the stage in a column `width` wide (`label`
+    after it)."""
+    rec = dict(group=group, stage=stage, implementation="reference", device=device,
+               threads=threads, shape=shape, **timing)
+    print(f"{stage:<{width}} {label}{timing['median_ms']:9.3f} ms (median of {timing['iters']})",
+          file=sys.stderr)
+    out.write(json.dumps(rec) + "\n")
+    out.flush()
