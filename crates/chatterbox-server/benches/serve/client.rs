@@ -135,17 +135,31 @@ pub async fn confirm_no_speech(
     n
 }
 
-/// The JSON body of request `i`.
+/// The JSON body of request `i`, with the `speed` of `CHATTERBOX_SERVE_SPEED` when it is set.
 pub fn body(model: ModelId, input: &str, i: usize) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
+    let mut body = serde_json::json!({
         "model": model.name(),
         "input": input,
         "voice": "alloy",
         "response_format": "pcm",
         "stream_format": "audio",
         "seed": i,
-    }))
-    .unwrap_or_default()
+    });
+    if let Some(speed) = speed() {
+        body["speed"] = speed.into();
+    }
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// `CHATTERBOX_SERVE_SPEED`: OpenAI's `speed` sent with every request (unset: none, the exact
+/// path), read once.
+fn speed() -> Option<f64> {
+    static SPEED: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *SPEED.get_or_init(|| {
+        std::env::var("CHATTERBOX_SERVE_SPEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+    })
 }
 
 /// `clients` concurrent clients send `total` requests (`input(i)` for request `i`, numbered

@@ -25,7 +25,9 @@
 //! are shorter (`*_audio_s` says how long).
 //!
 //! Requests: `POST /v1/audio/speech` with a short varied English sentence (one text chunk),
-//! `response_format=pcm` (s16le, 24 kHz), `stream_format=audio`, seed = the request's index.
+//! `response_format=pcm` (s16le, 24 kHz), `stream_format=audio`, seed = the request's index;
+//! with `CHATTERBOX_SERVE_SPEED=X`, `speed=X` (the speech time-stretched: `audio_s` is the
+//! stretched length).
 //! One request is sent first as a warm-up and not counted.
 //!
 //! Load levels: for each `N` in `CHATTERBOX_SERVE_CLIENTS` (default `1,2,4,8`), `N` clients
