@@ -11,21 +11,13 @@ use chatterbox_pipeline::{
     ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError, S3GenOptions,
     SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
 };
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
+use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 fn clip(min_samples: usize, gain: f32, rotate: usize) -> Audio {
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let mut long = wav.clone();
-    while long.len() < min_samples {
-        long.extend_from_slice(&wav);
-    }
+    let mut long = ref_clip(min_samples).samples;
     let n = long.len();
     long.rotate_left(rotate % n);
     Audio::new(long.iter().map(|v| v * gain).collect(), 24_000)

@@ -5,22 +5,17 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, Cancel, ChatterboxConfig, ChatterboxTts, DType, Device, GenerateOptions, PipelineError,
+    Cancel, ChatterboxConfig, ChatterboxTts, DType, Device, GenerateOptions, PipelineError,
     Progress,
 };
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
+use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 
 fn english() -> ChatterboxTts {
     let dir = checkpoint_dir("english", "cancel-english");
     let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("english")).unwrap();
     let mut tts =
         ChatterboxTts::from_dir_with_config(&dir, &cfg, &Device::Cpu, DType::F32).unwrap();
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    tts.prepare_conditionals_from_audio(&Audio::new(wav, 24_000), 0.5)
+    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
         .unwrap();
     tts
 }

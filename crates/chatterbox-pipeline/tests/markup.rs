@@ -6,21 +6,16 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, ChatterboxTts, DType, Device, GenerateOptions, Lexicon, PipelineError, SentenceTiming,
+    ChatterboxTts, DType, Device, GenerateOptions, Lexicon, PipelineError, SentenceTiming,
     StreamSchedule,
 };
-use fuzz_support::{checkpoint_dir, pipeline_fixture};
+use fuzz_support::{checkpoint_dir, ref_clip};
 use std::sync::Arc;
 
 fn english(name: &str) -> (ChatterboxTts, std::path::PathBuf) {
     let dir = checkpoint_dir("english", name);
     let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    tts.prepare_conditionals_from_audio(&Audio::new(wav, 24_000), 0.5)
+    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
         .unwrap();
     (tts, dir)
 }

@@ -8,26 +8,13 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, AudioChunk, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts,
-    ChatterboxTurboTts, DType, Device, GenerateOptions, MultilingualT3, PipelineError, Progress,
-    Sampling, SeededDraws, SpeechStream, StreamSchedule, SPEECH_VOCAB_SIZE,
+    AudioChunk, ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
+    DType, Device, GenerateOptions, MultilingualT3, PipelineError, Progress, Sampling, SeededDraws,
+    SpeechStream, StreamSchedule, SPEECH_VOCAB_SIZE,
 };
 use chatterbox_testkit::fixtures_root;
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
+use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 use std::sync::{Arc, Mutex};
-
-fn ref_clip(min_samples: usize) -> Audio {
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let mut long = wav.clone();
-    while long.len() < min_samples {
-        long.extend_from_slice(&wav);
-    }
-    Audio::new(long, 24_000)
-}
 
 /// Every chunk of a stream, with the progress events seen when each arrived.
 struct Run {

@@ -10,25 +10,11 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
-    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, Sampling, SeededDraws,
-    Truncation, SPEECH_EOS,
+    AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts, ChatterboxTurboTts,
+    Conditionals, DType, Device, GenerateOptions, Sampling, SeededDraws, Truncation, SPEECH_EOS,
 };
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
+use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 use std::collections::HashMap;
-
-fn ref_clip(min_samples: usize) -> Audio {
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let mut long = wav.clone();
-    while long.len() < min_samples {
-        long.extend_from_slice(&wav);
-    }
-    Audio::new(long, 24_000)
-}
 
 const TEXT: &str = "Hello there. This is a test!";
 

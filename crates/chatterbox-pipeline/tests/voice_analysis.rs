@@ -10,15 +10,7 @@ use chatterbox_pipeline::{
     Audio, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts, ChatterboxTurboTts,
     Conditionals, DType, Device, GenerateOptions, PipelineError, StreamSchedule,
 };
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture};
-
-fn clip() -> Vec<f32> {
-    pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-}
+use fuzz_support::{checkpoint_dir, fixture_config, ref_samples};
 
 /// Every tensor of a voice, flattened to f32 (prompt tokens included), and its exaggeration.
 fn values(c: &Conditionals) -> (Vec<Vec<f32>>, f32) {
@@ -56,9 +48,9 @@ fn a_clips_voice_is_analysed_without_changing_the_models_voice() {
     let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("english")).unwrap();
     let mut tts =
         ChatterboxTts::from_dir_with_config(&dir, &cfg, &Device::Cpu, DType::F32).unwrap();
-    let first = Audio::new(clip(), 24_000);
+    let first = Audio::new(ref_samples(), 24_000);
     // another voice: the same samples taken for 16 kHz ones (resampled, other pitch)
-    let second = Audio::new(clip(), 16_000);
+    let second = Audio::new(ref_samples(), 16_000);
     tts.prepare_conditionals_from_audio(&first, 0.5).unwrap();
     let current = values(tts.conditionals().unwrap());
 
@@ -132,14 +124,14 @@ fn turbo_analyses_with_its_own_rules() {
     let tts = ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
         .unwrap();
     // 5 s at most is too short for Turbo, without a voice set or changed
-    let short = Audio::new(clip(), 24_000);
+    let short = Audio::new(ref_samples(), 24_000);
     assert!(matches!(
         tts.conditionals_from_audio(&short, 0.0),
         Err(PipelineError::ReferenceTooShort { .. })
     ));
-    let mut long = clip();
+    let mut long = ref_samples();
     while long.len() <= 132_000 {
-        long.extend_from_slice(&clip());
+        long.extend_from_slice(&ref_samples());
     }
     let long = Audio::new(long, 24_000);
     let analysed = tts.conditionals_from_audio(&long, 0.0).unwrap();

@@ -16,6 +16,25 @@ pub fn pipeline_fixture(case: &str) -> HashMap<String, Tensor> {
     .unwrap()
 }
 
+/// The english fixture's 24 kHz reference clip: the tests' voice.
+pub fn ref_samples() -> Vec<f32> {
+    pipeline_fixture("english")["in.ref_24k"]
+        .to_dtype(candle_core::DType::F32)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+}
+
+/// [`ref_samples`] repeated to at least `min_samples`, as 24 kHz audio.
+pub fn ref_clip(min_samples: usize) -> chatterbox_pipeline::Audio {
+    let wav = ref_samples();
+    let mut long = wav.clone();
+    while long.len() < min_samples {
+        long.extend_from_slice(&wav);
+    }
+    chatterbox_pipeline::Audio::new(long, 24_000)
+}
+
 /// The `chatterbox` part of a pipeline fixture's metadata: the tiny model's configuration.
 pub fn fixture_config(case: &str) -> serde_json::Value {
     let meta: serde_json::Value = serde_json::from_str(
