@@ -4,7 +4,6 @@ same shapes, as JSON lines. Run by `cargo xtask bench dsp` (parity/.venv).
 Each stage calls what the reference calls: librosa.resample(soxr_hq) as librosa.load(sr=...)
 does, torchaudio Resample as S3Gen.embed_ref does, and the reference's feature functions.
 """
-import argparse
 import os
 import sys
 from types import SimpleNamespace
@@ -23,16 +22,12 @@ from chatterbox.models.s3tokenizer.s3tokenizer import S3Tokenizer  # noqa: E402
 from chatterbox.models.voice_encoder.config import VoiceEncConfig  # noqa: E402
 from chatterbox.models.voice_encoder.melspec import melspectrogram  # noqa: E402
 from common import speech_like  # noqa: E402
-from harness import time_it, write_record  # noqa: E402
+from harness import bench_args, time_it, write_record  # noqa: E402
 
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args()
     x44 = speech_like(44100, 37.7, seed=1)
     x24 = speech_like(24000, 10.0, seed=2)
     x16 = speech_like(16000, 10.0, seed=3)

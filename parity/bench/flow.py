@@ -11,7 +11,6 @@ Environment (as the Rust side): CHATTERBOX_BENCH_DEVICE (cpu | cuda), CHATTERBOX
 CHATTERBOX_BENCH_FLOW_TOKENS (default 100 on the CPU, 100,500 on CUDA), CHATTERBOX_BENCH_ITERS
 (default 1 on the CPU, 5 on CUDA).
 """
-import argparse
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from chatterbox.models.s3gen.decoder import ConditionalDecoder  # noqa: E402
 from chatterbox.models.s3gen.flow import CausalMaskedDiffWithXvec  # noqa: E402
 from chatterbox.models.s3gen.flow_matching import CausalConditionalCFM  # noqa: E402
 from chatterbox.models.s3gen.transformer.upsample_encoder import UpsampleConformerEncoder  # noqa: E402
+from harness import bench_args  # noqa: E402
 
 N_PROMPT = 250
 
@@ -73,11 +73,7 @@ def time_it(f, device, warmup, iters):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args()
     dev_name = env("CHATTERBOX_BENCH_DEVICE", "cpu")
     device = torch.device(dev_name)
     gpu = device.type != "cpu"

@@ -1,8 +1,27 @@
 """The timing loop and the JSON record the reference bench scripts share, as the Rust benches
 share `chatterbox_testkit::time_it` and `BenchRecord`."""
+import argparse
 import json
 import sys
 import time
+
+import torch
+
+
+def bench_args(runs=None, device=None, device_help=None):
+    """The arguments `cargo xtask bench` passes (`--out`, `--threads`) and, where a script takes
+    them, `--runs` and `--device` with the defaults given (None: no such flag); torch's threads
+    are set to `--threads`."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    if runs is not None:
+        p.add_argument("--runs", type=int, default=runs)
+    if device is not None:
+        p.add_argument("--device", default=device, help=device_help)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    return a
 
 
 def time_it(f, warmup, min_iters, min_secs, sync=None):

@@ -11,7 +11,6 @@ CHATTERBOX_PIPELINE_TOKENS tokens minus it); `flow` (S3Token2Wav.flow_inference)
 (hift_inference + trim-fade); `total`; `rtf` (generation seconds over audio seconds, a ratio in
 the `*_ms` fields).
 """
-import argparse
 import json
 import math
 import os
@@ -23,6 +22,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from harness import bench_args  # noqa: E402
 
 N_TOKENS = int(os.environ.get("CHATTERBOX_PIPELINE_TOKENS", "200"))
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the "
@@ -47,12 +47,7 @@ def timed(f):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--runs", type=int, default=int(os.environ.get("CHATTERBOX_PIPELINE_BENCH_RUNS", "1")))
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args(runs=int(os.environ.get("CHATTERBOX_PIPELINE_BENCH_RUNS", "1")))
     import checkpoints
     from chatterbox.models.s3gen.utils.mel import mel_spectrogram
     from chatterbox.tts import ChatterboxTTS

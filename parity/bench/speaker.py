@@ -7,7 +7,6 @@ Full-size modules with random weights (seed 0): `VoiceEncoder()` timed through
 through `inference` (Kaldi fbank + network), under `torch.inference_mode()`; on the CPU and, when
 torch sees a GPU, on CUDA too (records with `device: cuda`, synchronised before the clock stops).
 """
-import argparse
 import os
 import sys
 
@@ -19,16 +18,12 @@ import torch  # noqa: E402
 from chatterbox.models.s3gen.xvector import CAMPPlus  # noqa: E402
 from chatterbox.models.voice_encoder import VoiceEncoder  # noqa: E402
 from common import speech_like  # noqa: E402
-from harness import time_it, write_record  # noqa: E402
+from harness import bench_args, time_it, write_record  # noqa: E402
 
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     with open(a.out, "a") as out:
         for device in devices:

@@ -23,7 +23,6 @@ samplers draw different tokens, so either may stop early: `*_audio_s` (seconds, 
 reference, with a synchronize before each clock stop. `CHATTERBOX_STREAM_ONLY=english|turbo`
 runs one variant.
 """
-import argparse
 import json
 import os
 import sys
@@ -36,6 +35,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from harness import bench_args  # noqa: E402
 
 N_TOKENS = int(os.environ.get("CHATTERBOX_STREAM_TOKENS", "250"))
 # The Rust bench's TEXT: three sentences, 196 characters (one text chunk).
@@ -108,13 +108,8 @@ def load(variant, device):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--runs", type=int, default=int(os.environ.get("CHATTERBOX_BENCH_RUNS", "3")))
-    p.add_argument("--device", default=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args(runs=int(os.environ.get("CHATTERBOX_BENCH_RUNS", "3")),
+                   device=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
     dev = torch.device(a.device)
     only = os.environ.get("CHATTERBOX_STREAM_ONLY", "")
     runs = max(1, a.runs)

@@ -5,7 +5,6 @@ Each stage runs what `generate` runs before T3: the module's `punc_norm`, then E
 MTLTokenizer (pykakasi unimportable, as chatterbox-text runs without a kanji reader; pkuseg absent)
 or transformers' AutoTokenizer (Turbo).
 """
-import argparse
 import logging
 import os
 import sys
@@ -13,12 +12,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from chatterbox import mtl_tts, tts, tts_turbo  # noqa: E402
 from chatterbox.models.tokenizers import EnTokenizer  # noqa: E402
-from harness import time_it, write_record  # noqa: E402
+from harness import bench_args, time_it, write_record  # noqa: E402
 from recorders.text import NoKakasi, load_corpus, make_mtl  # noqa: E402
 
 ASSETS = os.path.join(os.path.dirname(HERE), "fixtures", "text", "assets")
@@ -26,11 +24,7 @@ ASSETS = os.path.join(os.path.dirname(HERE), "fixtures", "text", "assets")
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args()
     logging.disable(logging.WARNING)
     rows = load_corpus()
     shape = f"corpus, {len(rows)} lines"

@@ -6,7 +6,6 @@ depend on their values), called as chatterbox calls it: `forward([wav], max_len=
 the T3 prompt, `forward([wav])` on 10 s as in `S3Gen.embed_ref`; `*_model` times `quantize` on
 a precomputed mel. `CHATTERBOX_BENCH_DEVICE=cuda` (or `--device cuda`) times the GPU.
 """
-import argparse
 import os
 import sys
 
@@ -19,17 +18,12 @@ import torch  # noqa: E402
 from chatterbox.models.s3tokenizer import S3Tokenizer  # noqa: E402
 from s3tokenizer.utils import padding  # noqa: E402
 from common import speech_like  # noqa: E402
-from harness import time_it, write_record  # noqa: E402
+from harness import bench_args, time_it, write_record  # noqa: E402
 
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args(device=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
     device = a.device
     kind = device.split(":")[0]
     sync = torch.cuda.synchronize if kind == "cuda" else (lambda: None)

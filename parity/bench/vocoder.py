@@ -7,7 +7,6 @@ The model is `S3Token2Wav`'s HiFTGenerator with random weights, called the way
 leaves it: recomputed from its parametrization at every call). `CHATTERBOX_BENCH_DEVICE=cuda`
 (or `--device cuda`) times it on the GPU, with a synchronize before the clock stops.
 """
-import argparse
 import os
 import sys
 
@@ -18,7 +17,7 @@ import torch  # noqa: E402
 
 from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor  # noqa: E402
 from chatterbox.models.s3gen.hifigan import HiFTGenerator  # noqa: E402
-from harness import time_it, write_record  # noqa: E402
+from harness import bench_args, time_it, write_record  # noqa: E402
 
 
 
@@ -32,12 +31,7 @@ def mel(frames):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args(device=os.environ.get("CHATTERBOX_BENCH_DEVICE", "cpu"))
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     torch.manual_seed(0)

@@ -5,13 +5,12 @@ signal at 24 kHz (chatterbox's rate; librosa soxr_hq to 32 kHz and back when emb
 polyphase when detecting) and at 32 kHz, as JSON lines. Run by `cargo xtask bench watermark`
 (parity/.venv).
 """
-import argparse
 
 import numpy as np
 import torch
 from perth.perth_net.perth_net_implicit.perth_watermarker import PerthImplicitWatermarker
 
-from harness import time_it, write_record
+from harness import bench_args, time_it, write_record
 
 
 
@@ -27,12 +26,7 @@ def speech_like(sr, seconds):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    a = bench_args(device="cpu", device_help="cpu or cuda")
     wm = PerthImplicitWatermarker(device=a.device)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     with open(a.out, "a") as out, torch.inference_mode():
