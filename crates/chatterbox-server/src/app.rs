@@ -5,6 +5,7 @@ use crate::engine::Engine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model::ModelId;
+use crate::refusal::RefusalLog;
 use crate::voices::{valid_voice_name, VoiceLibrary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +22,8 @@ pub(crate) struct App {
     pub engine: Engine,
     pub voices: Option<VoiceLibrary>,
     pub metrics: Metrics,
+    /// Warns about refused requests, at most once a second per reason.
+    pub refusals: RefusalLog,
     /// Set at shutdown: new requests get 503 while in-flight ones finish.
     pub draining: AtomicBool,
     next_id: AtomicU64,
@@ -33,6 +36,7 @@ impl App {
             engine,
             voices,
             metrics: Metrics::default(),
+            refusals: RefusalLog::default(),
             draining: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
         }
@@ -52,7 +56,7 @@ impl App {
     pub(crate) fn resolve_model(&self, name: &str) -> Result<ModelId, ApiError> {
         let loaded = self.engine.models();
         if loaded.is_empty() {
-            return Err(ApiError::unavailable("the models are still loading"));
+            return Err(ApiError::loading());
         }
         let not_found = || {
             ApiError::not_found(

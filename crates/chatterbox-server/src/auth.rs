@@ -30,7 +30,7 @@ pub(crate) fn key_matches(header: Option<&str>, key: &str) -> bool {
 /// `/v1/...`: 503 while draining, 401 without the key.
 pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if app.is_draining() {
-        return ApiError::unavailable("the server is shutting down").into_response();
+        return ApiError::draining().into_response();
     }
     if let Some(key) = &app.config.api_key {
         let header = req
@@ -91,8 +91,12 @@ fn log_path(path: &str) -> String {
 /// in the logs), turns an error response that is not OpenAI's JSON (405 and others made by
 /// the router or a layer) into it, counts the response by status and logs it: 429 and 5xx
 /// at warn, other 4xx at info, successes and probes (`/health`, `/ready`, `/metrics`) at
-/// debug. Logs name the method, the path, the status and the error's code and field, never
-/// the request's text.
+/// debug. A refusal (a request turned away before any work: 429 `queue_full`, 503 while
+/// draining, loading or after the device failed) is counted by reason and logged with its
+/// reason and `Retry-After` by the [`RefusalLog`](crate::refusal::RefusalLog): at warn at most
+/// once a second per reason, the others at debug, so that a flood does not flood the log.
+/// Logs name the method, the path, the status and the error's code and field, never the
+/// request's text.
 pub(crate) async fn finish(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
     let id = app.request_id();
     req.extensions_mut().insert(RequestId(id));
@@ -117,7 +121,11 @@ pub(crate) async fn finish(State(app): State<Arc<App>>, mut req: Request, next: 
     );
     let path = log_path(&path);
     let s = status.as_u16();
-    if is_probe(&path) || !(status.is_client_error() || status.is_server_error()) {
+    if let Some(reason) = info.and_then(|e| e.refusal).filter(|_| !is_probe(&path)) {
+        app.metrics.refused(reason);
+        let retry_after = info.and_then(|e| e.retry_after);
+        app.refusals.refused(reason, retry_after, id, &path);
+    } else if is_probe(&path) || !(status.is_client_error() || status.is_server_error()) {
         tracing::debug!(request = id, %method, path, status = s, "answered");
     } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
         tracing::warn!(request = id, %method, path, status = s, code, param, "answered with an error");

@@ -1,14 +1,17 @@
 //! The engine: one worker thread per device, each owning its models, and in front of them a
 //! queue per model with a bounded admission count. A request beyond
-//! `workers holding the model + queue_capacity` is refused at once (429) instead of waiting.
+//! `workers holding the model + queue_capacity` is refused at once (429) instead of waiting,
+//! with `Retry-After` the queue's expected wait at the pace it has kept (see
+//! [`crate::queue_wait`]).
 //!
 //! Each worker has a health ([`WorkerHealth`]): it serves until a fault stops it. A CUDA
 //! error that leaves the device's context unusable ([`sticky_cuda_error`]: every later call
 //! would fail the same way, and only a new process recovers) stops the worker for good: its
 //! models are no longer admitted from it, requests for a model that no healthy worker holds
 //! get 503, and `/ready` answers 503 naming the device.
+use crate::admission::{Admission, Slot};
 use crate::error::{ApiError, ServerError};
-use crate::job::{Job, Slot, Work};
+use crate::job::{Job, Work};
 use crate::model::{ModelError, ModelId, SpeechModel};
 use crate::worker;
 use chatterbox_pipeline::DeviceMemory;
@@ -75,7 +78,7 @@ pub(crate) struct ModelQueue {
     tx: Sender<Job>,
     pub(crate) rx: Receiver<Job>,
     pub(crate) workers: AtomicUsize,
-    admitted: Arc<AtomicUsize>,
+    admission: Arc<Admission>,
 }
 
 /// CUDA errors after which the device's context is unusable: every later call fails the same
@@ -238,7 +241,7 @@ impl Engine {
                     tx,
                     rx,
                     workers: AtomicUsize::new(0),
-                    admitted: Arc::new(AtomicUsize::new(0)),
+                    admission: Arc::new(Admission::default()),
                 };
                 (m, q)
             })
@@ -344,8 +347,9 @@ impl Engine {
     }
 
     /// Queues `work` for a worker holding `model`: 429 when the model's admission count is
-    /// full, 404 when no worker holds it, 503 while loading or when every worker that held it
-    /// has failed.
+    /// full (`Retry-After`: the queue's expected wait, at least `retry_after`, which is also
+    /// the answer before the queue's pace has been measured), 404 when no worker holds it,
+    /// 503 while loading or when every worker that held it has failed.
     pub(crate) fn submit(
         &self,
         model: ModelId,
@@ -358,9 +362,9 @@ impl Engine {
         let workers = q.workers.load(Ordering::Acquire);
         if workers == 0 {
             return Err(if self.is_loading() {
-                ApiError::unavailable("the models are still loading")
+                ApiError::loading()
             } else if self.models().contains(&model) {
-                ApiError::unavailable(device_failed(model))
+                ApiError::device_failed(model)
             } else {
                 ApiError::not_found(
                     Some("model"),
@@ -369,11 +373,10 @@ impl Engine {
                 )
             });
         }
-        let Some(slot) = Slot::try_take(&q.admitted, workers + self.capacity) else {
-            return Err(ApiError::queue_full(retry_after));
-        };
+        let slot = Slot::try_take(&q.admission, workers + self.capacity, retry_after)
+            .map_err(|full| ApiError::queue_full(full.retry_after))?;
         q.tx.send(Job { work, _slot: slot })
-            .map_err(|_| ApiError::unavailable("the server is shutting down"))
+            .map_err(|_| ApiError::draining())
     }
 
     /// Stops the workers once their queues are empty and waits for them (blocking).

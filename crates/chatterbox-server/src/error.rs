@@ -5,6 +5,8 @@
 //! A 500's message is the server's own business: it is logged (with the request id) and the
 //! client gets a generic message, never a file path, a model's error text or the request's
 //! text.
+use crate::model::ModelId;
+use crate::refusal::Refusal;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::path::PathBuf;
@@ -14,14 +16,18 @@ pub(crate) const INTERNAL_MESSAGE: &str =
     "the server had an error while processing your request (the details are in the server's \
      log, under the request id in the `x-request-id` header)";
 
-/// What an error response carries for the access log (in the response's extensions): its
-/// code and field, never its message.
+/// What an error response carries for the access log and the metrics (in the response's
+/// extensions): its code and field, never its message, and why it was refused, if it was.
 #[derive(Debug, Clone)]
 pub(crate) struct ErrorInfo {
     /// [`ApiError::code`].
     pub code: Option<&'static str>,
     /// [`ApiError::param`].
     pub param: Option<String>,
+    /// The refusal's reason, when the request was turned away before any work.
+    pub refusal: Option<Refusal>,
+    /// [`ApiError::retry_after`].
+    pub retry_after: Option<u64>,
 }
 
 /// An error answered to a client: status, OpenAI error type and code, the field at fault.
@@ -40,6 +46,10 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// Seconds for `Retry-After` (429, 503).
     pub retry_after: Option<u64>,
+    /// Why the request was turned away before any work, when it was (counted in
+    /// `chatterbox_requests_refused_total` and logged at warn, at most once a second per
+    /// reason).
+    pub(crate) refusal: Option<Refusal>,
 }
 
 impl ApiError {
@@ -51,6 +61,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            refusal: None,
         }
     }
 
@@ -143,7 +154,8 @@ impl ApiError {
         e
     }
 
-    /// 429: the queue is full; try again after `retry_after` seconds.
+    /// 429: the queue is full; try again after `retry_after` seconds (the queue's expected
+    /// wait).
     pub fn queue_full(retry_after: u64) -> Self {
         let mut e = Self::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -152,6 +164,7 @@ impl ApiError {
         );
         e.code = Some("queue_full");
         e.retry_after = Some(retry_after);
+        e.refusal = Some(Refusal::QueueFull);
         e
     }
 
@@ -164,6 +177,7 @@ impl ApiError {
         );
         e.code = Some("too_many_connections");
         e.retry_after = Some(1);
+        e.refusal = Some(Refusal::TooManyConnections);
         e
     }
 
@@ -172,6 +186,27 @@ impl ApiError {
         let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message);
         e.code = Some("unavailable");
         e.retry_after = Some(1);
+        e
+    }
+
+    /// 503 `unavailable`, a refusal: the server is shutting down.
+    pub(crate) fn draining() -> Self {
+        let mut e = Self::unavailable("the server is shutting down");
+        e.refusal = Some(Refusal::Draining);
+        e
+    }
+
+    /// 503 `unavailable`, a refusal: the models are still loading.
+    pub(crate) fn loading() -> Self {
+        let mut e = Self::unavailable("the models are still loading");
+        e.refusal = Some(Refusal::Loading);
+        e
+    }
+
+    /// 503 `unavailable`, a refusal: every device holding `model` has failed.
+    pub(crate) fn device_failed(model: ModelId) -> Self {
+        let mut e = Self::unavailable(crate::engine::device_failed(model));
+        e.refusal = Some(Refusal::DeviceFailed);
         e
     }
 
@@ -295,6 +330,8 @@ impl IntoResponse for ApiError {
         r.extensions_mut().insert(ErrorInfo {
             code: self.code,
             param: self.param,
+            refusal: self.refusal,
+            retry_after: self.retry_after,
         });
         r
     }

@@ -1,10 +1,10 @@
 //! The work a device worker does for a request ([`Job`]) and what it sends back ([`Event`]),
-//! with the admission slot a job holds until it is finished or dropped.
+//! with the admission slot a job holds until it is finished or dropped ([`Slot`]).
+use crate::admission::Slot;
 use crate::error::ApiError;
 use crate::request::Overrides;
 use chatterbox_dsp::Audio;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -74,26 +74,4 @@ pub(crate) struct Job {
     pub work: Work,
     /// Held until the job is finished or dropped.
     pub _slot: Slot,
-}
-
-/// One unit of a model's admission count: taken at submission, given back on drop.
-#[derive(Debug)]
-pub(crate) struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    /// Takes a slot when fewer than `limit` are taken.
-    pub(crate) fn try_take(count: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
-        count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Self(count.clone()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }

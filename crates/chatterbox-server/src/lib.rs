@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod admission;
 mod app;
 mod auth;
 mod captioned;
@@ -18,6 +19,8 @@ mod model;
 mod mp3;
 mod opus;
 mod pipeline_model;
+mod queue_wait;
+mod refusal;
 mod request;
 mod server;
 mod speech;

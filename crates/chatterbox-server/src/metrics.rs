@@ -1,7 +1,8 @@
-//! Prometheus metrics in the text exposition format: requests by status, speech latency and
-//! time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
+//! Prometheus metrics in the text exposition format: requests by status, requests refused
+//! by reason, speech latency and time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
 //! factor), speech cut at the token cap, queue depth, jobs running, each worker's health and
 //! the jobs that panicked, the process's resident memory and each GPU's memory.
+use crate::refusal::Refusal;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Mutex, PoisonError};
@@ -49,6 +50,7 @@ struct Inner {
     audio_secs: f64,
     generation_secs: f64,
     connections_refused: u64,
+    refused: [u64; Refusal::ALL.len()],
     truncated: u64,
 }
 
@@ -87,9 +89,17 @@ impl Metrics {
     }
 
     /// A connection was refused for the connection limit (answered 503 without reaching the
-    /// router, so not in the responses by status).
+    /// router, so not in the responses by status; counted as a refusal too).
     pub fn connection_refused(&self) {
-        self.with(|m| m.connections_refused += 1);
+        self.with(|m| {
+            m.connections_refused += 1;
+            m.refused[Refusal::TooManyConnections.index()] += 1;
+        });
+    }
+
+    /// A request was turned away before any work, for `reason`.
+    pub(crate) fn refused(&self, reason: Refusal) {
+        self.with(|m| m.refused[reason.index()] += 1);
     }
 
     /// A speech request's first audio was ready `d` after it arrived.
@@ -123,6 +133,21 @@ impl Metrics {
             );
             for (s, n) in &m.by_status {
                 let _ = writeln!(out, "chatterbox_requests_total{{status=\"{s}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "# HELP chatterbox_requests_refused_total Requests turned away before any work, \
+                 by reason: queue_full (429, Retry-After the queue's expected wait), \
+                 too_many_connections (503, before the router), draining, loading and \
+                 device_failed (503).\n\
+                 # TYPE chatterbox_requests_refused_total counter"
+            );
+            for (r, n) in Refusal::ALL.iter().zip(m.refused) {
+                let _ = writeln!(
+                    out,
+                    "chatterbox_requests_refused_total{{reason=\"{}\"}} {n}",
+                    r.name()
+                );
             }
             m.latency.render(
                 "chatterbox_speech_duration_seconds",
@@ -256,6 +281,8 @@ mod tests {
         m.request(200);
         m.request(429);
         m.connection_refused();
+        m.refused(Refusal::QueueFull);
+        m.refused(Refusal::QueueFull);
         m.first_audio(Duration::from_millis(30));
         m.speech_done(Duration::from_secs(2), 1.5);
         m.speech_truncated();
@@ -282,6 +309,12 @@ mod tests {
         assert!(t.contains("chatterbox_speech_time_to_first_audio_seconds_bucket{le=\"0.025\"} 0"));
         assert!(t.contains("chatterbox_queue_depth 3"));
         assert!(t.contains("\nchatterbox_connections_refused_total 1\n"));
+        assert!(
+            t.contains("\nchatterbox_requests_refused_total{reason=\"too_many_connections\"} 1\n")
+        );
+        assert!(t.contains("\nchatterbox_requests_refused_total{reason=\"queue_full\"} 2\n"));
+        assert!(t.contains("\nchatterbox_requests_refused_total{reason=\"draining\"} 0\n"));
+        assert_eq!(t.matches("chatterbox_requests_refused_total{").count(), 5);
         assert!(t.contains("chatterbox_audio_seconds_total 1.5"));
         assert!(t.contains("chatterbox_jobs_running 1\n"));
         assert!(t.contains("process_resident_memory_bytes 123456\n"));

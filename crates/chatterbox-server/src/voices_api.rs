@@ -178,7 +178,7 @@ async fn upload(
     let clip = Arc::new(clip);
     let models = app.engine.models();
     if models.is_empty() {
-        return Err(ApiError::unavailable("the models are still loading"));
+        return Err(ApiError::loading());
     }
     // uploads of one name one after the other: the later one replaces the earlier
     let _name = lib.lock_name(&name).await;

@@ -20,9 +20,7 @@
 //! then answers 503 to what is queued for a model no healthy worker holds, until shutdown. A
 //! job that panics is counted and answered (its channel closes), the gauges are kept right
 //! (a request counts as running only while a guard for it lives), and the worker goes on.
-use crate::engine::{
-    device_failed, sticky_cuda_error, sticky_cuda_error_in, Fault, Loader, Shared,
-};
+use crate::engine::{sticky_cuda_error, sticky_cuda_error_in, Fault, Loader, Shared};
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
 use crate::model::{BatchItem, ModelError, ModelId, NoBuiltinVoice, RequestBatch, SpeechModel};
@@ -257,7 +255,7 @@ fn load_failed(health: &Health<'_>, why: &str) {
 
 /// Answers a job that a failed device cannot do: 503 (its slot is released with it).
 fn refuse(job: Job, model: ModelId) {
-    let e = || ApiError::unavailable(device_failed(model));
+    let e = || ApiError::device_failed(model);
     match job.work {
         Work::Speech(s) => {
             let _ = s.tx.send(Event::Error(e()));
@@ -621,7 +619,7 @@ fn serve_batch(
         }
         if health.failed() {
             // the device is gone: nothing in the batch can finish, nothing may join it
-            let e = || ApiError::unavailable(device_failed(model.id()));
+            let e = || ApiError::device_failed(model.id());
             for r in running.values() {
                 if let Some(s) = r.speech() {
                     let _ = s.tx.send(Event::Error(e()));
