@@ -3,6 +3,7 @@
 #![cfg_attr(feature = "cuda", doc = include_str!("../README.md"))]
 
 mod arch;
+mod cuda_only;
 #[cfg(feature = "cuda")]
 mod device;
 pub mod disk_cache;
@@ -16,6 +17,9 @@ mod ptx;
 mod view;
 
 pub use arch::{cubin_target, Target};
+/// candle, for the paths in [`cuda_only_op`]'s expansion.
+#[doc(hidden)]
+pub use candle_core as __candle;
 #[cfg(feature = "cuda")]
 pub use device::ordered;
 #[cfg(feature = "cuda")]

@@ -56,17 +56,7 @@ impl Im2ColOp {
 }
 
 impl candle_core::CustomOp1 for Im2ColOp {
-    fn name(&self) -> &'static str {
-        "hift-im2col"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-im2col: CUDA only (the CPU has its own kernel)")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "hift-im2col", " (the CPU has its own kernel)");
 
     fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (b, c, t) = xl.shape().dims3()?;

@@ -25,19 +25,7 @@ struct Fsmn {
 }
 
 impl CustomOp2 for Fsmn {
-    fn name(&self) -> &'static str {
-        "s3tokenizer-fsmn-cuda"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("s3tokenizer-fsmn-cuda: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(2, "s3tokenizer-fsmn-cuda");
 
     fn cuda_fwd(
         &self,

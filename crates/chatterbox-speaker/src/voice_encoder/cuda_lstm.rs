@@ -45,19 +45,7 @@ struct Layer {
 }
 
 impl CustomOp2 for Layer {
-    fn name(&self) -> &'static str {
-        "ve-lstm-layer"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("ve-lstm-layer: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(2, "ve-lstm-layer");
 
     fn cuda_fwd(
         &self,

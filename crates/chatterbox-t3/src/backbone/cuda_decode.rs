@@ -121,19 +121,7 @@ struct Gemv<'a> {
 }
 
 impl CustomOp2 for Gemv<'_> {
-    fn name(&self) -> &'static str {
-        "t3-decode-gemv"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-decode-gemv: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(2, "t3-decode-gemv");
 
     fn cuda_fwd(
         &self,
@@ -268,17 +256,7 @@ struct Attention<'a> {
 }
 
 impl CustomOp1 for Attention<'_> {
-    fn name(&self) -> &'static str {
-        "t3-decode-attention"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-decode-attention: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "t3-decode-attention");
 
     fn cuda_fwd(&self, qkv: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (rows, width) = l.shape().dims2()?;

@@ -40,21 +40,7 @@ struct Gemv {
 }
 
 impl CustomOp3 for Gemv {
-    fn name(&self) -> &'static str {
-        "t3-gemv-bf16"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-gemv-bf16: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(3, "t3-gemv-bf16");
 
     fn cuda_fwd(
         &self,

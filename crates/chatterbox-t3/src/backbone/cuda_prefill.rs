@@ -56,17 +56,7 @@ struct CausalSoftmax {
 }
 
 impl CustomOp1 for CausalSoftmax {
-    fn name(&self) -> &'static str {
-        "t3-causal-softmax"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-causal-softmax: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "t3-causal-softmax");
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (b, h, t, n) = l.shape().dims4()?;
@@ -123,17 +113,7 @@ pub(crate) fn causal_softmax(
 struct SiluMul;
 
 impl CustomOp1 for SiluMul {
-    fn name(&self) -> &'static str {
-        "t3-silu-mul-cuda"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-silu-mul-cuda: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "t3-silu-mul-cuda");
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let mut dims = l.dims().to_vec();
@@ -178,19 +158,7 @@ pub(crate) fn silu_mul(gu: &Tensor) -> candle_core::Result<Option<Tensor>> {
 struct BiasAdd;
 
 impl CustomOp2 for BiasAdd {
-    fn name(&self) -> &'static str {
-        "t3-bias-add"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-bias-add: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(2, "t3-bias-add");
 
     fn cuda_fwd(
         &self,

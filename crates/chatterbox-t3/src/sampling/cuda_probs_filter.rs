@@ -46,17 +46,7 @@ pub(crate) fn applies(scores: &Tensor) -> bool {
 struct Op(Filter);
 
 impl CustomOp1 for Op {
-    fn name(&self) -> &'static str {
-        "t3-probs-filter"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-probs-filter: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "t3-probs-filter");
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (rows, cols) = l.shape().dims2()?;

@@ -45,17 +45,7 @@ struct TopKTopP {
 }
 
 impl CustomOp1 for TopKTopP {
-    fn name(&self) -> &'static str {
-        "t3-top-k-top-p"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("t3-top-k-top-p: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "t3-top-k-top-p");
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (rows, v) = l.shape().dims2()?;

@@ -56,17 +56,7 @@ pub(super) fn split(x: &Tensor, act: ActArgs, form: Form) -> candle_core::Result
 struct SplitOp<'a>(ActArgs<'a>, Form);
 
 impl CustomOp1 for SplitOp<'_> {
-    fn name(&self) -> &'static str {
-        "hift-act-split"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-act-split: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "hift-act-split");
 
     fn cuda_fwd(&self, x: &CudaStorage, xl: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let (b, c, t) = xl.shape().dims3()?;
@@ -211,17 +201,7 @@ struct GroupOp<'a, 'b> {
 }
 
 impl CustomOp1 for GroupOp<'_, '_> {
-    fn name(&self) -> &'static str {
-        "hift-conv1d-tf32x3"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-conv1d-tf32x3: CUDA only (the CPU has its own kernel)")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "hift-conv1d-tf32x3", " (the CPU has its own kernel)");
 
     fn cuda_fwd(&self, x0: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let dev: &CudaDevice = &x0.device;

@@ -27,21 +27,7 @@ pub(crate) struct SineParams {
 struct SineOp(SineParams);
 
 impl CustomOp3 for SineOp {
-    fn name(&self) -> &'static str {
-        "hift-sine"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("hift-sine: CUDA only (the CPU runs candle ops)")
-    }
+    chatterbox_cuda::cuda_only_op!(3, "hift-sine", " (the CPU runs candle ops)");
 
     fn cuda_fwd(
         &self,

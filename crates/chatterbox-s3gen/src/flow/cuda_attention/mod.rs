@@ -114,17 +114,7 @@ impl FlowAttention {
 }
 
 impl candle_core::CustomOp1 for FlowAttention {
-    fn name(&self) -> &'static str {
-        "flow-attention-cuda"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("flow-attention-cuda: CUDA only (the CPU has its own kernel)")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "flow-attention-cuda", " (the CPU has its own kernel)");
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         self.dispatch(s, l, None)
@@ -132,19 +122,7 @@ impl candle_core::CustomOp1 for FlowAttention {
 }
 
 impl candle_core::CustomOp2 for FlowAttention {
-    fn name(&self) -> &'static str {
-        "flow-attention-cuda"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
-        candle_core::bail!("flow-attention-cuda: CUDA only (the CPU has its own kernel)")
-    }
+    chatterbox_cuda::cuda_only_op!(2, "flow-attention-cuda", " (the CPU has its own kernel)");
 
     fn cuda_fwd(
         &self,

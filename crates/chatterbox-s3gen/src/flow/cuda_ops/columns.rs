@@ -107,17 +107,7 @@ impl Columns<'_> {
 }
 
 impl candle_core::CustomOp1 for Columns<'_> {
-    fn name(&self) -> &'static str {
-        "flow-columns-cuda"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        candle_core::bail!("flow-columns-cuda: CUDA only")
-    }
+    chatterbox_cuda::cuda_only_op!(1, "flow-columns-cuda");
 
     fn cuda_fwd(
         &self,
