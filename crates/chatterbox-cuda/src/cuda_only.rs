@@ -9,46 +9,22 @@ macro_rules! cuda_only_op {
         $crate::cuda_only_op!($arity, $name, "");
     };
     (1, $name:literal, $why:literal) => {
-        fn name(&self) -> &'static str {
-            $name
-        }
-
-        fn cpu_fwd(
-            &self,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
-        ) -> $crate::__candle::Result<($crate::__candle::CpuStorage, $crate::__candle::Shape)> {
-            $crate::__candle::bail!("{}: CUDA only{}", $name, $why)
-        }
+        $crate::cuda_only_op!(@op $name, $why, (_s1, _l1));
     };
     (2, $name:literal, $why:literal) => {
-        fn name(&self) -> &'static str {
-            $name
-        }
-
-        fn cpu_fwd(
-            &self,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
-        ) -> $crate::__candle::Result<($crate::__candle::CpuStorage, $crate::__candle::Shape)> {
-            $crate::__candle::bail!("{}: CUDA only{}", $name, $why)
-        }
+        $crate::cuda_only_op!(@op $name, $why, (_s1, _l1), (_s2, _l2));
     };
     (3, $name:literal, $why:literal) => {
+        $crate::cuda_only_op!(@op $name, $why, (_s1, _l1), (_s2, _l2), (_s3, _l3));
+    };
+    (@op $name:literal, $why:literal, $(($storage:ident, $layout:ident)),+) => {
         fn name(&self) -> &'static str {
             $name
         }
 
         fn cpu_fwd(
             &self,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
-            _: &$crate::__candle::CpuStorage,
-            _: &$crate::__candle::Layout,
+            $($storage: &$crate::__candle::CpuStorage, $layout: &$crate::__candle::Layout),+
         ) -> $crate::__candle::Result<($crate::__candle::CpuStorage, $crate::__candle::Shape)> {
             $crate::__candle::bail!("{}: CUDA only{}", $name, $why)
         }
