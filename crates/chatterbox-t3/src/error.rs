@@ -31,6 +31,10 @@ pub enum T3Error {
         /// What is missing or unexpected.
         reason: String,
     },
+    /// A quantized T3 file ([`crate::T3::load_quantized`]) that cannot be used: damaged,
+    /// truncated, or not one [`crate::T3::write_quantized`] wrote.
+    #[error("quantized T3 file: {0}")]
+    QuantizedFile(String),
     /// A configuration value is out of range.
     #[error("invalid config: {0}")]
     InvalidConfig(String),

@@ -1,6 +1,6 @@
 //! Port of chatterbox/models/t3/t3.py (upstream 5de7a54): the `T3` weights, its conditioning
 //! and input embeddings (quirks included), and the speech head.
-use crate::backbone::{weight, Backbone, Linear, QuantizeReport};
+use crate::backbone::{weight, Backbone, Linear, Preloaded, QuantizeReport};
 use crate::cond_enc::{T3Cond, T3CondEnc};
 use crate::config::T3Config;
 use crate::error::invalid;
@@ -32,6 +32,12 @@ impl T3 {
     /// dtype and device come from `vb`. Tensors of the wrong shape (another variant's
     /// checkpoint) are [`T3Error::ShapeMismatch`] errors naming the key.
     pub fn new(hp: &T3Config, vb: VarBuilder) -> Result<Self> {
+        Self::build(hp, vb, &Preloaded::default())
+    }
+
+    /// [`T3::new`] taking the backbone projections `pre` holds (a quantized checkpoint's)
+    /// instead of their tensors.
+    pub(crate) fn build(hp: &T3Config, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         hp.validate()?;
         let c = hp.n_channels();
         let (text_pos_emb, speech_pos_emb) = if hp.has_learned_pos_emb() {
@@ -57,7 +63,7 @@ impl T3 {
         };
         let positions = cond_max + hp.text_positions() + hp.speech_positions();
         Ok(Self {
-            tfmr: Backbone::new(&hp.backbone, positions, vb.pp("tfmr"))?,
+            tfmr: Backbone::build(&hp.backbone, positions, vb.pp("tfmr"), pre)?,
             cond_enc: T3CondEnc::new(hp, vb.pp("cond_enc"))?,
             text_emb: weight(&vb.pp("text_emb"), &[hp.text_tokens_dict_size, c], "weight")?,
             speech_emb: weight(
@@ -101,7 +107,9 @@ impl T3 {
     /// parameters, 71 % of Turbo's, and all but the speech head of what a decode step reads);
     /// the embeddings, the conditioning encoder and the speech head keep their dtype. [`WeightFormat::F32`] changes nothing, so the exact path
     /// stays exactly as loaded. The 8- and 4-bit formats run on the CPU only (an error
-    /// elsewhere) and need f32 activations (a model loaded in f32). A decode step reads every
+    /// elsewhere) and need f32 activations (a model loaded in f32). A model already stored in
+    /// `format` (a quantized checkpoint) is left as it is; another non-exact format is an
+    /// error (the full-precision weights are gone). A decode step reads every
     /// weight once, so fewer bytes a weight make it faster on a CPU bound by memory bandwidth;
     /// the next-token distributions move slightly (`cargo xtask bench t3_quant` measures by
     /// how much).

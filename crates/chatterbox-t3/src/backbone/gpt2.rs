@@ -8,6 +8,7 @@
 use super::attention::{attend, attend_causal, causal_mask, query_scale, split_heads, StepIndex};
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
+use super::projections::{NamedProjection, Preloaded};
 use crate::config::GPT2Config;
 use crate::Result;
 use candle_core::{Tensor, D};
@@ -51,12 +52,17 @@ struct GPT2Attention {
 }
 
 impl GPT2Attention {
-    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &GPT2Config, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let c = cfg.n_embd;
         let head_dim = c / cfg.n_head;
         let (scale, exact) = query_scale(head_dim);
-        let c_attn = Linear::load_conv1d(vb.pp("c_attn"), c, 3 * c)?;
-        let c_attn = if exact {
+        let stored = pre.take(&vb, "c_attn", 3 * c, c)?;
+        let c_attn = match stored {
+            // stored with the query scale already folded in
+            Some(l) => l,
+            None => Linear::load_conv1d(vb.pp("c_attn"), c, 3 * c)?,
+        };
+        let c_attn = if exact && c_attn.quantized_weight().is_none() {
             // Fold the (power-of-two) query scale into the q rows of the weight and bias.
             let w = c_attn.weight()?;
             let w = Tensor::cat(
@@ -82,7 +88,10 @@ impl GPT2Attention {
         };
         Ok(Self {
             c_attn,
-            c_proj: Linear::load_conv1d(vb.pp("c_proj"), c, c)?,
+            c_proj: match pre.take(&vb, "c_proj", c, c)? {
+                Some(l) => l,
+                None => Linear::load_conv1d(vb.pp("c_proj"), c, c)?,
+            },
             heads: cfg.n_head,
             head_dim,
             q_scale: (!exact).then_some(scale),
@@ -135,11 +144,17 @@ struct GPT2MLP {
 }
 
 impl GPT2MLP {
-    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &GPT2Config, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let c = cfg.n_embd;
         Ok(Self {
-            c_fc: Linear::load_conv1d(vb.pp("c_fc"), c, 4 * c)?,
-            c_proj: Linear::load_conv1d(vb.pp("c_proj"), 4 * c, c)?,
+            c_fc: match pre.take(&vb, "c_fc", 4 * c, c)? {
+                Some(l) => l,
+                None => Linear::load_conv1d(vb.pp("c_fc"), c, 4 * c)?,
+            },
+            c_proj: match pre.take(&vb, "c_proj", c, 4 * c)? {
+                Some(l) => l,
+                None => Linear::load_conv1d(vb.pp("c_proj"), 4 * c, c)?,
+            },
         })
     }
 
@@ -159,13 +174,13 @@ struct GPT2Block {
 }
 
 impl GPT2Block {
-    fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &GPT2Config, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let (c, eps) = (cfg.n_embd, cfg.layer_norm_epsilon);
         Ok(Self {
             ln_1: LayerNorm::new(c, eps, vb.pp("ln_1"))?,
-            attn: GPT2Attention::new(cfg, vb.pp("attn"))?,
+            attn: GPT2Attention::new(cfg, vb.pp("attn"), pre)?,
             ln_2: LayerNorm::new(c, eps, vb.pp("ln_2"))?,
-            mlp: GPT2MLP::new(cfg, vb.pp("mlp"))?,
+            mlp: GPT2MLP::new(cfg, vb.pp("mlp"), pre)?,
         })
     }
 
@@ -188,9 +203,14 @@ pub struct GPT2Model {
 impl GPT2Model {
     /// Loads `wpe`, `h.*` and `ln_f` under `vb`.
     pub fn new(cfg: &GPT2Config, vb: VarBuilder) -> Result<Self> {
+        Self::build(cfg, vb, &Preloaded::default())
+    }
+
+    /// [`GPT2Model::new`] taking the projections `pre` holds instead of their tensors.
+    pub(crate) fn build(cfg: &GPT2Config, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let mut h = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            h.push(GPT2Block::new(cfg, vb.pp("h").pp(i))?);
+            h.push(GPT2Block::new(cfg, vb.pp("h").pp(i), pre)?);
         }
         Ok(Self {
             wpe: weight(&vb.pp("wpe"), &[cfg.n_positions, cfg.n_embd], "weight")?,
@@ -208,11 +228,6 @@ impl GPT2Model {
         self.fused_decode = on;
     }
 
-    /// The first layer's first projection (its format is the backbone's).
-    pub(crate) fn first_linear(&self) -> Option<&Linear> {
-        self.h.first().map(|l| &l.attn.c_attn)
-    }
-
     /// Every projection of every block (`c_attn`, `c_proj`, `c_fc`, the MLP's `c_proj`), for
     /// [`super::Backbone::quantize`].
     pub(crate) fn linears_mut(&mut self) -> Vec<&mut Linear> {
@@ -222,6 +237,27 @@ impl GPT2Model {
             v.push(&mut b.attn.c_proj);
             v.push(&mut b.mlp.c_fc);
             v.push(&mut b.mlp.c_proj);
+        }
+        v
+    }
+
+    /// Every projection with its name and checkpoint tensors (under `prefix`, the backbone's),
+    /// in the order of [`GPT2Model::linears_mut`].
+    pub(crate) fn named_projections(&self, prefix: &str) -> Vec<NamedProjection<'_>> {
+        let mut v = Vec::with_capacity(4 * self.h.len());
+        for (i, b) in self.h.iter().enumerate() {
+            let attn = format!("{prefix}.h.{i}.attn");
+            let mlp = format!("{prefix}.h.{i}.mlp");
+            for (scope, name, linear) in [
+                (&attn, "c_attn", &b.attn.c_attn),
+                (&attn, "c_proj", &b.attn.c_proj),
+                (&mlp, "c_fc", &b.mlp.c_fc),
+                (&mlp, "c_proj", &b.mlp.c_proj),
+            ] {
+                // a Conv1D's weight and bias (the stored layer carries its own bias)
+                let (w, bias) = (format!("{name}.weight"), format!("{name}.bias"));
+                v.push(NamedProjection::new(scope, name, &[&w, &bias], linear));
+            }
         }
         v
     }

@@ -77,11 +77,17 @@ impl Linear {
     /// is exact or does not fit the input width (not a multiple of its block). Quantized layers
     /// run on the CPU only.
     pub fn quantized(&self, format: WeightFormat) -> Result<Self> {
-        let Stored::Dense(_) = &self.weight else {
-            return Err(T3Error::InvalidConfig(
-                "a quantized layer cannot be quantized again; load the checkpoint anew".into(),
-            ));
-        };
+        if let Stored::Quantized(q) = &self.weight {
+            // a quantized checkpoint asked for its own format: nothing to do
+            if q.format() == format {
+                return Ok(self.clone());
+            }
+            return Err(T3Error::InvalidConfig(format!(
+                "T3's weights are already stored in {} (a quantized checkpoint, or quantized \
+                 earlier); {format} needs the full-precision checkpoint",
+                q.format()
+            )));
+        }
         Ok(match QuantizedWeight::new(&self.weight()?, format)? {
             Some(q) => Self {
                 weight: Stored::Quantized(q),
@@ -90,6 +96,32 @@ impl Linear {
             },
             None => self.clone(),
         })
+    }
+
+    /// A layer of blocks read from a quantized checkpoint, with its bias.
+    pub(crate) fn from_quantized(weight: QuantizedWeight, bias: Option<Tensor>) -> Self {
+        Self {
+            weight: Stored::Quantized(weight),
+            in_out: false,
+            bias,
+        }
+    }
+
+    /// The blocks of a quantized layer (`None` for a tensor).
+    pub(crate) fn quantized_weight(&self) -> Option<&QuantizedWeight> {
+        match &self.weight {
+            Stored::Quantized(q) => Some(q),
+            Stored::Dense(_) => None,
+        }
+    }
+
+    /// `(out, in)`.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        match &self.weight {
+            Stored::Dense(w) if self.in_out => (w.dims()[1], w.dims()[0]),
+            Stored::Dense(w) => (w.dims()[0], w.dims()[1]),
+            Stored::Quantized(q) => q.dims(),
+        }
     }
 
     /// The format of the weight: [`WeightFormat::F32`] for a tensor (whatever its dtype).

@@ -10,6 +10,7 @@ use super::attention::{
 };
 use super::kv_cache::KvCache;
 use super::linear::{weight, Linear};
+use super::projections::{NamedProjection, Preloaded};
 use super::rope::RotaryTables;
 use crate::config::LlamaConfig;
 use crate::Result;
@@ -52,16 +53,26 @@ struct LlamaAttention {
 }
 
 impl LlamaAttention {
-    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let (h, d, c) = (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size);
         let (scale, exact) = query_scale(d);
-        let q = weight(&vb.pp("q_proj"), &[h * d, c], "weight")?;
-        let q = if exact { q.affine(scale, 0.0)? } else { q };
-        let k = weight(&vb.pp("k_proj"), &[h * d, c], "weight")?;
-        let v = weight(&vb.pp("v_proj"), &[h * d, c], "weight")?;
+        let qkv = match pre.take(&vb, "qkv_proj", 3 * h * d, c)? {
+            Some(l) => l,
+            None => {
+                let q = weight(&vb.pp("q_proj"), &[h * d, c], "weight")?;
+                let q = if exact { q.affine(scale, 0.0)? } else { q };
+                let k = weight(&vb.pp("k_proj"), &[h * d, c], "weight")?;
+                let v = weight(&vb.pp("v_proj"), &[h * d, c], "weight")?;
+                Linear::new(Tensor::cat(&[q, k, v], 0)?, None)?
+            }
+        };
+        let o_proj = match pre.take(&vb, "o_proj", c, h * d)? {
+            Some(l) => l,
+            None => Linear::load(vb.pp("o_proj"), h * d, c, false)?,
+        };
         Ok(Self {
-            qkv: Linear::new(Tensor::cat(&[q, k, v], 0)?, None)?,
-            o_proj: Linear::load(vb.pp("o_proj"), h * d, c, false)?,
+            qkv,
+            o_proj,
             heads: h,
             head_dim: d,
             q_scale: (!exact).then_some(scale),
@@ -185,13 +196,23 @@ struct LlamaMLP {
 }
 
 impl LlamaMLP {
-    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let gate = weight(&vb.pp("gate_proj"), &[i, c], "weight")?;
-        let up = weight(&vb.pp("up_proj"), &[i, c], "weight")?;
+        let gate_up = match pre.take(&vb, "gate_up_proj", 2 * i, c)? {
+            Some(l) => l,
+            None => {
+                let gate = weight(&vb.pp("gate_proj"), &[i, c], "weight")?;
+                let up = weight(&vb.pp("up_proj"), &[i, c], "weight")?;
+                Linear::new(Tensor::cat(&[gate, up], 0)?, None)?
+            }
+        };
+        let down_proj = match pre.take(&vb, "down_proj", c, i)? {
+            Some(l) => l,
+            None => Linear::load(vb.pp("down_proj"), i, c, false)?,
+        };
         Ok(Self {
-            gate_up: Linear::new(Tensor::cat(&[gate, up], 0)?, None)?,
-            down_proj: Linear::load(vb.pp("down_proj"), i, c, false)?,
+            gate_up,
+            down_proj,
             intermediate: i,
         })
     }
@@ -214,20 +235,20 @@ struct LlamaDecoderLayer {
 }
 
 impl LlamaDecoderLayer {
-    fn new(cfg: &LlamaConfig, vb: VarBuilder) -> Result<Self> {
+    fn new(cfg: &LlamaConfig, vb: VarBuilder, pre: &Preloaded) -> Result<Self> {
         Ok(Self {
             input_layernorm: LlamaRMSNorm::new(
                 cfg.hidden_size,
                 cfg.rms_norm_eps,
                 vb.pp("input_layernorm"),
             )?,
-            self_attn: LlamaAttention::new(cfg, vb.pp("self_attn"))?,
+            self_attn: LlamaAttention::new(cfg, vb.pp("self_attn"), pre)?,
             post_attention_layernorm: LlamaRMSNorm::new(
                 cfg.hidden_size,
                 cfg.rms_norm_eps,
                 vb.pp("post_attention_layernorm"),
             )?,
-            mlp: LlamaMLP::new(cfg, vb.pp("mlp"))?,
+            mlp: LlamaMLP::new(cfg, vb.pp("mlp"), pre)?,
         })
     }
 
@@ -252,9 +273,19 @@ pub struct LlamaModel {
 impl LlamaModel {
     /// Loads `layers.*` and `norm` under `vb`, with RoPE tables for `positions` positions.
     pub fn new(cfg: &LlamaConfig, positions: usize, vb: VarBuilder) -> Result<Self> {
+        Self::build(cfg, positions, vb, &Preloaded::default())
+    }
+
+    /// [`LlamaModel::new`] taking the projections `pre` holds instead of their tensors.
+    pub(crate) fn build(
+        cfg: &LlamaConfig,
+        positions: usize,
+        vb: VarBuilder,
+        pre: &Preloaded,
+    ) -> Result<Self> {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
-            layers.push(LlamaDecoderLayer::new(cfg, vb.pp("layers").pp(i))?);
+            layers.push(LlamaDecoderLayer::new(cfg, vb.pp("layers").pp(i), pre)?);
         }
         Ok(Self {
             layers,
@@ -273,11 +304,6 @@ impl LlamaModel {
         self.fused_decode = on;
     }
 
-    /// The first layer's first projection (its format is the backbone's).
-    pub(crate) fn first_linear(&self) -> Option<&Linear> {
-        self.layers.first().map(|l| &l.self_attn.qkv)
-    }
-
     /// Every projection of every layer (fused q/k/v, output, fused gate/up, down), for
     /// [`super::Backbone::quantize`].
     pub(crate) fn linears_mut(&mut self) -> Vec<&mut Linear> {
@@ -287,6 +313,45 @@ impl LlamaModel {
             v.push(&mut l.self_attn.o_proj);
             v.push(&mut l.mlp.gate_up);
             v.push(&mut l.mlp.down_proj);
+        }
+        v
+    }
+
+    /// Every projection with its name and checkpoint tensors (under `prefix`, the backbone's),
+    /// in the order of [`LlamaModel::linears_mut`].
+    pub(crate) fn named_projections(&self, prefix: &str) -> Vec<NamedProjection<'_>> {
+        let mut v = Vec::with_capacity(4 * self.layers.len());
+        for (i, l) in self.layers.iter().enumerate() {
+            let attn = format!("{prefix}.layers.{i}.self_attn");
+            let mlp = format!("{prefix}.layers.{i}.mlp");
+            let qkv = ["q_proj.weight", "k_proj.weight", "v_proj.weight"];
+            v.push(NamedProjection::new(
+                &attn,
+                "qkv_proj",
+                &qkv,
+                &l.self_attn.qkv,
+            ));
+            let o = ["o_proj.weight"];
+            v.push(NamedProjection::new(
+                &attn,
+                "o_proj",
+                &o,
+                &l.self_attn.o_proj,
+            ));
+            let gate_up = ["gate_proj.weight", "up_proj.weight"];
+            v.push(NamedProjection::new(
+                &mlp,
+                "gate_up_proj",
+                &gate_up,
+                &l.mlp.gate_up,
+            ));
+            let down = ["down_proj.weight"];
+            v.push(NamedProjection::new(
+                &mlp,
+                "down_proj",
+                &down,
+                &l.mlp.down_proj,
+            ));
         }
         v
     }

@@ -15,6 +15,7 @@ mod gpt2;
 mod kv_cache;
 mod linear;
 mod llama;
+mod projections;
 mod quantize;
 mod quantized;
 mod rope;
@@ -26,7 +27,9 @@ pub use kv_cache::KvCache;
 pub(crate) use linear::weight;
 pub use linear::Linear;
 pub use llama::LlamaModel;
+pub(crate) use projections::{NamedProjection, Preloaded};
 pub use quantize::QuantizeReport;
+pub(crate) use quantized::QuantizedWeight;
 pub use rope::{llama3_inv_freq, RotaryTables};
 
 use crate::config::BackboneConfig;
@@ -47,10 +50,30 @@ impl Backbone {
     /// Loads `tfmr.*` (pass `vb.pp("tfmr")`). `positions` sizes the Llama RoPE tables; GPT-2
     /// is bounded by its `wpe`.
     pub fn new(cfg: &BackboneConfig, positions: usize, vb: VarBuilder) -> Result<Self> {
+        Self::build(cfg, positions, vb, &Preloaded::default())
+    }
+
+    /// [`Backbone::new`] taking the projections `pre` holds (a quantized checkpoint's) instead
+    /// of their tensors.
+    pub(crate) fn build(
+        cfg: &BackboneConfig,
+        positions: usize,
+        vb: VarBuilder,
+        pre: &Preloaded,
+    ) -> Result<Self> {
         Ok(match cfg {
-            BackboneConfig::Llama(c) => Self::Llama(LlamaModel::new(c, positions, vb)?),
-            BackboneConfig::Gpt2(c) => Self::Gpt2(GPT2Model::new(c, vb)?),
+            BackboneConfig::Llama(c) => Self::Llama(LlamaModel::build(c, positions, vb, pre)?),
+            BackboneConfig::Gpt2(c) => Self::Gpt2(GPT2Model::build(c, vb, pre)?),
         })
+    }
+
+    /// Every projection with its name and checkpoint tensors, under `prefix` (the backbone's
+    /// in the checkpoint, `tfmr`).
+    pub(crate) fn named_projections(&self, prefix: &str) -> Vec<NamedProjection<'_>> {
+        match self {
+            Self::Llama(m) => m.named_projections(prefix),
+            Self::Gpt2(m) => m.named_projections(prefix),
+        }
     }
 
     /// Whether decode steps may run as fused CUDA kernels where they apply (on by default:

@@ -58,10 +58,11 @@ impl Backbone {
     /// The format of the projections: the quantized one if any projection is quantized, else
     /// [`WeightFormat::F32`].
     pub fn weight_format(&self) -> WeightFormat {
-        let first = match self {
-            Self::Llama(m) => m.first_linear().map(|l| l.format()),
-            Self::Gpt2(m) => m.first_linear().map(|l| l.format()),
-        };
-        first.unwrap_or_default()
+        // narrow layers may keep their tensors (Turbo's tiny test model quantizes only its
+        // MLP outputs), so look past the first
+        self.named_projections("")
+            .iter()
+            .find_map(|p| p.linear.quantized_weight().map(|q| q.format()))
+            .unwrap_or_default()
     }
 }

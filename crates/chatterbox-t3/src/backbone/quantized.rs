@@ -27,18 +27,7 @@ impl QuantizedWeight {
         let Some(dtype) = format.ggml_dtype() else {
             return Ok(None);
         };
-        if !weight.device().is_cpu() {
-            return Err(T3Error::InvalidConfig(format!(
-                "{format} weights run on the CPU only (on a GPU use the model's dtype, e.g. bf16)"
-            )));
-        }
-        if !cpu_runs(format) {
-            return Err(T3Error::InvalidConfig(format!(
-                "{format} weights need an ARM CPU with the dot-product instructions (dotprod: \
-                 Cortex-A55/A76, Neoverse, Graviton 2 and later); candle's {format} kernels \
-                 would stop this one with an illegal instruction"
-            )));
-        }
+        check_runs_on(format, weight.device())?;
         let (_, k) = weight.dims2()?;
         if k % format.block_size() != 0 {
             return Ok(None);
@@ -48,6 +37,34 @@ impl QuantizedWeight {
             q: Arc::new(QTensor::quantize(&w, dtype)?),
             format,
         }))
+    }
+
+    /// Blocks read from a quantized checkpoint: a `[out, in]` tensor of `format`'s block type
+    /// whose input width is a whole number of blocks, refused where the CPU cannot run it (as
+    /// [`QuantizedWeight::new`] refuses to make it).
+    pub(crate) fn from_blocks(q: QTensor, format: WeightFormat) -> Result<Self> {
+        check_runs_on(format, &Device::Cpu)?;
+        let bad = |why: String| {
+            Err(T3Error::InvalidConfig(format!(
+                "stored {format} weight: {why}"
+            )))
+        };
+        if format.ggml_dtype() != Some(q.dtype()) {
+            return bad(format!("blocks of type {:?}", q.dtype()));
+        }
+        match q.shape().dims() {
+            [_, k] if k % format.block_size() == 0 => {}
+            d => return bad(format!("shape {d:?}, expected [out, in] whole blocks")),
+        }
+        Ok(Self {
+            q: Arc::new(q),
+            format,
+        })
+    }
+
+    /// The stored blocks (what a quantized checkpoint writes).
+    pub(crate) fn blocks(&self) -> &QTensor {
+        &self.q
     }
 
     /// The format.
@@ -76,6 +93,23 @@ impl QuantizedWeight {
     pub(crate) fn matmul_t(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(self.q.as_ref())
     }
+}
+
+/// Quantized weights live on the CPU, and on aarch64 only where candle's kernels can run.
+fn check_runs_on(format: WeightFormat, device: &Device) -> Result<()> {
+    if !device.is_cpu() {
+        return Err(T3Error::InvalidConfig(format!(
+            "{format} weights run on the CPU only (on a GPU use the model's dtype, e.g. bf16)"
+        )));
+    }
+    if !cpu_runs(format) {
+        return Err(T3Error::InvalidConfig(format!(
+            "{format} weights need an ARM CPU with the dot-product instructions (dotprod: \
+             Cortex-A55/A76, Neoverse, Graviton 2 and later); candle's {format} kernels \
+             would stop this one with an illegal instruction"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether this CPU can run candle's kernels for `format`: on aarch64 its 8- and 4-bit kernels
