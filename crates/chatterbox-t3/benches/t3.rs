@@ -23,37 +23,12 @@ use candle_core::{DType, Device, Tensor};
 use chatterbox_t3::{
     BatchDecoder, BatchOptions, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
 };
-use chatterbox_testkit::{bench_dtype, device_name, test_device, BenchRecord};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use chatterbox_testkit::{bench_dtype, device_name, live, test_device, BenchRecord, CountingAlloc};
 use std::time::Instant;
 
 /// Counts live heap bytes, to check that decoding does not grow memory.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc_zeroed(l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Decode steps timed per run (200 unless `CHATTERBOX_T3_BENCH_TOKENS` says otherwise).
 fn decode_tokens() -> usize {
@@ -242,7 +217,7 @@ fn run_variant<'a>(
         for i in 0..decode_tokens {
             stream.next().transpose()?;
             if i == 10 {
-                live_at_10 = LIVE.load(Ordering::Relaxed);
+                live_at_10 = live();
             }
         }
         sync(dev)?;
@@ -252,7 +227,7 @@ fn run_variant<'a>(
             // run 0 warms up
             prefill.push(p);
             decode.push(d);
-            growth = growth.max(LIVE.load(Ordering::Relaxed) - live_at_10);
+            growth = growth.max(live() - live_at_10);
         }
     }
     bench.push(

@@ -3,36 +3,11 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_t3::{GenerateOptions, Sampling, T3Cond, T3Config, T3};
-use chatterbox_testkit::{fixtures_root, Fixture};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use chatterbox_testkit::{fixtures_root, live, CountingAlloc, Fixture};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc_zeroed(l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        System.realloc(p, l, new)
-    }
-}
-
+/// Counts live heap bytes, to check that decoding does not grow memory.
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 #[test]
 fn decoding_does_not_grow_the_heap() -> anyhow::Result<()> {
@@ -55,10 +30,10 @@ fn decoding_does_not_grow_the_heap() -> anyhow::Result<()> {
     for i in 0..41 {
         stream.next().transpose()?;
         if i == 10 {
-            at_10 = LIVE.load(Ordering::Relaxed);
+            at_10 = live();
         }
     }
-    let growth = LIVE.load(Ordering::Relaxed) - at_10;
+    let growth = live() - at_10;
     assert!(
         growth.abs() < 4096,
         "live heap changed by {growth} B over 30 decode steps"

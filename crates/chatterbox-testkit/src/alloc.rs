@@ -1,6 +1,6 @@
 //! A counting global allocator for allocation-bound tests (no counterpart in the reference):
 //! a test binary declares `#[global_allocator] static A: CountingAlloc = CountingAlloc;` and
-//! measures with [`peak`].
+//! measures with [`peak`] or [`live`].
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -50,6 +50,12 @@ unsafe impl GlobalAlloc for CountingAlloc {
         }
         q
     }
+}
+
+/// Heap bytes live now (signed, so that two readings subtract into a growth). Meaningful only
+/// in a binary whose global allocator is [`CountingAlloc`].
+pub fn live() -> isize {
+    LIVE.load(Relaxed) as isize
 }
 
 /// Peak heap bytes `f` adds over what was live when it started (run once before, unmeasured).

@@ -18,7 +18,7 @@ mod suite;
 #[cfg(feature = "candle")]
 mod weights;
 
-pub use alloc::{peak, CountingAlloc, REFUSED};
+pub use alloc::{live, peak, CountingAlloc, REFUSED};
 pub use array::{Actual, Array};
 pub use bench::{
     black_box, checkpoint_dir, emit_records, env_f64, env_usize, full_size_checkpoint, time_it,
