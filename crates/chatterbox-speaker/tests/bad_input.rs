@@ -8,6 +8,7 @@ use chatterbox_dsp::{DspError, Matrix};
 use chatterbox_speaker::{
     CAMPPlus, CAMPPlusConfig, EmbedOptions, SpeakerError, VoiceEncConfig, VoiceEncoder,
 };
+use chatterbox_testkit::{max_abs, max_abs_diff};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -171,8 +172,7 @@ fn a_clip_shorter_than_one_partial_is_zero_padded_to_one_partial() {
     let partial = ve
         .forward(&Tensor::from_vec(padded, (1, 160, 40), &Device::Cpu).unwrap())
         .unwrap();
-    let diff = (utt - partial).unwrap().abs().unwrap().max_all().unwrap();
-    assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+    assert!(max_abs_diff(&utt, &partial).unwrap() < 1e-6);
 }
 
 #[test]
@@ -248,8 +248,7 @@ fn batchnorm_counters_in_the_checkpoint_are_ignored() {
         .unwrap()
         .inference(&x, 16000)
         .unwrap();
-    let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-    assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+    assert_eq!(max_abs_diff(&a, &b).unwrap(), 0.0);
 }
 
 #[test]
@@ -358,34 +357,14 @@ fn both_code_paths_agree_on_batches() {
     let mels = Tensor::rand(0f32, 2.0, (5, 37, 40), &Device::Cpu).unwrap();
     let a = ve.forward(&mels).unwrap();
     let b = ve.clone().with_cpu_kernels(false).forward(&mels).unwrap();
-    let d = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let d = max_abs_diff(&a, &b).unwrap();
     assert!(d < 1e-5, "{d}");
 
     let cp = campplus();
     let feats = Tensor::randn(0f32, 1.0, (3, 233, 80), &Device::Cpu).unwrap();
     let a = cp.forward(&feats).unwrap();
     let b = cp.clone().with_cpu_kernels(false).forward(&feats).unwrap();
-    let scale = b
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    let d = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let scale = max_abs(&b).unwrap();
+    let d = max_abs_diff(&a, &b).unwrap();
     assert!(d < 1e-5 * scale.max(1.0), "{d} (scale {scale})");
 }

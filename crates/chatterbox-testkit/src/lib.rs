@@ -16,6 +16,8 @@ mod signal;
 mod strings;
 mod suite;
 #[cfg(feature = "candle")]
+mod tensors;
+#[cfg(feature = "candle")]
 mod weights;
 
 pub use alloc::{live, peak, CountingAlloc, REFUSED};
@@ -32,5 +34,7 @@ pub use fixture::{committed_fixtures_root, fixtures_root, Fixture, Meta};
 pub use signal::{noisy_harmonics, speech_like};
 pub use strings::{pack_ids, pack_strings};
 pub use suite::{Row, Status, Suite};
+#[cfg(feature = "candle")]
+pub use tensors::{max_abs, max_abs_diff};
 #[cfg(feature = "candle")]
 pub use weights::{state_dict, uniform};

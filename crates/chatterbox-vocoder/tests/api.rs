@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use chatterbox_testkit::{fixtures_root, Fixture};
+use chatterbox_testkit::{fixtures_root, max_abs, max_abs_diff, Fixture};
 use chatterbox_vocoder::{F0PredictorConfig, HiFTConfig, HiFTGenerator, SineDraws, VocoderError};
 use rand::SeedableRng;
 
@@ -29,21 +29,7 @@ fn model(fx: &Fixture) -> HiFTGenerator {
 
 /// max |a - b| / max |b|
 fn rel(a: &Tensor, b: &Tensor) -> f32 {
-    let d = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    d / b
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    max_abs_diff(a, b).unwrap() / max_abs(b).unwrap()
 }
 
 #[test]
