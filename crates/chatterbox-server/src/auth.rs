@@ -5,6 +5,7 @@
 //! counts responses by status and logs the ones an operator should see.
 use crate::app::{App, RequestId};
 use crate::error::{ApiError, ErrorInfo};
+use crate::refusal::Refused;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::header::{self, AUTHORIZATION};
@@ -123,8 +124,14 @@ pub(crate) async fn finish(State(app): State<Arc<App>>, mut req: Request, next: 
     let s = status.as_u16();
     if let Some(reason) = info.and_then(|e| e.refusal).filter(|_| !is_probe(&path)) {
         app.metrics.refused(reason);
-        let retry_after = info.and_then(|e| e.retry_after);
-        app.refusals.refused(reason, retry_after, id, &path);
+        let refused = Refused {
+            request: id,
+            method: method.as_str(),
+            path: &path,
+            status: s,
+            retry_after: info.and_then(|e| e.retry_after),
+        };
+        app.refusals.refused(reason, refused);
     } else if is_probe(&path) || !(status.is_client_error() || status.is_server_error()) {
         tracing::debug!(request = id, %method, path, status = s, "answered");
     } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {

@@ -75,7 +75,9 @@ impl Throughput {
 /// [`MAX_RETRY_AFTER_SECS`] (or `floor`, when that is longer).
 pub(crate) fn retry_after(wait: Option<Duration>, floor: u64) -> u64 {
     let Some(wait) = wait else { return floor };
-    let ceil = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0));
+    let ceil = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
     ceil.clamp(floor, MAX_RETRY_AFTER_SECS.max(floor))
 }
 

@@ -56,6 +56,21 @@ struct Since {
     suppressed: u64,
 }
 
+/// A refused request, as its log line names it (never its text).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused<'a> {
+    /// The request id.
+    pub request: u64,
+    /// The method.
+    pub method: &'a str,
+    /// The path (clipped for the log).
+    pub path: &'a str,
+    /// The status answered (429 or 503).
+    pub status: u16,
+    /// The `Retry-After` seconds given.
+    pub retry_after: Option<u64>,
+}
+
 /// Warns about each refusal at most every [`WARN_EVERY`] per reason.
 #[derive(Debug, Default)]
 pub(crate) struct RefusalLog {
@@ -63,28 +78,15 @@ pub(crate) struct RefusalLog {
 }
 
 impl RefusalLog {
-    /// Logs a refusal of request `request` (`path`) for `reason`, with the `Retry-After` it
-    /// was given: a warning, or a debug line when a warning for the reason was logged less
-    /// than [`WARN_EVERY`] ago. Returns, when it warned, how many refusals for the reason
-    /// it had logged at debug since the last warning.
-    pub(crate) fn refused(
-        &self,
-        reason: Refusal,
-        retry_after: Option<u64>,
-        request: u64,
-        path: &str,
-    ) -> Option<u64> {
-        self.refused_at(reason, retry_after, request, path, Instant::now())
+    /// Logs the refusal of `r` for `reason`, with the `Retry-After` it was given: a warning,
+    /// or a debug line when a warning for the reason was logged less than [`WARN_EVERY`]
+    /// ago. Returns, when it warned, how many refusals for the reason it had logged at debug
+    /// since the last warning.
+    pub(crate) fn refused(&self, reason: Refusal, r: Refused<'_>) -> Option<u64> {
+        self.refused_at(reason, r, Instant::now())
     }
 
-    fn refused_at(
-        &self,
-        reason: Refusal,
-        retry_after: Option<u64>,
-        request: u64,
-        path: &str,
-        now: Instant,
-    ) -> Option<u64> {
+    fn refused_at(&self, reason: Refusal, r: Refused<'_>, now: Instant) -> Option<u64> {
         let suppressed = {
             let mut all = self
                 .by_reason
@@ -106,17 +108,34 @@ impl RefusalLog {
             }
         };
         let reason = reason.name();
+        let Refused {
+            request,
+            method,
+            path,
+            status,
+            retry_after,
+        } = r;
         match suppressed {
             Some(suppressed) => tracing::warn!(
                 request,
+                method,
                 path,
+                status,
                 reason,
                 retry_after,
                 suppressed,
                 "request refused (suppressed: refusals for the same reason logged at debug \
                  since the last warning)"
             ),
-            None => tracing::debug!(request, path, reason, retry_after, "request refused"),
+            None => tracing::debug!(
+                request,
+                method,
+                path,
+                status,
+                reason,
+                retry_after,
+                "request refused"
+            ),
         }
         suppressed
     }
@@ -149,28 +168,26 @@ mod tests {
         let log = RefusalLog::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let path = "/v1/audio/speech";
-        assert_eq!(
-            log.refused_at(Refusal::QueueFull, Some(6), 1, path, at(0)),
-            Some(0)
-        );
+        let r = |request, retry_after| Refused {
+            request,
+            method: "POST",
+            path: "/v1/audio/speech",
+            status: 429,
+            retry_after: Some(retry_after),
+        };
+        let full = Refusal::QueueFull;
+        assert_eq!(log.refused_at(full, r(1, 6), at(0)), Some(0));
         let warned = (1..100)
-            .filter_map(|i| log.refused_at(Refusal::QueueFull, Some(6), i, path, at(i * 5)))
+            .filter_map(|i| log.refused_at(full, r(i, 6), at(i * 5)))
             .count();
         assert_eq!(warned, 0);
         // another reason has its own warning
         assert_eq!(
-            log.refused_at(Refusal::Draining, Some(1), 200, path, at(500)),
+            log.refused_at(Refusal::Draining, r(200, 1), at(500)),
             Some(0)
         );
         // a second on: the next warns, and counts the 99 in between
-        assert_eq!(
-            log.refused_at(Refusal::QueueFull, Some(7), 300, path, at(1000)),
-            Some(99)
-        );
-        assert_eq!(
-            log.refused_at(Refusal::QueueFull, Some(7), 301, path, at(1001)),
-            None
-        );
+        assert_eq!(log.refused_at(full, r(300, 7), at(1000)), Some(99));
+        assert_eq!(log.refused_at(full, r(301, 7), at(1001)), None);
     }
 }
