@@ -67,7 +67,10 @@ pub struct ServerConfig {
     /// OpenAI voice names (and any other alias) → library voice; names not listed in this map
     /// but in [`OPENAI_VOICES`] use the checkpoint's built-in voice. Default: empty.
     pub voice_aliases: BTreeMap<String, String>,
-    /// `Retry-After` seconds of a 429. Default `1`.
+    /// The shortest `Retry-After` of a 429, in seconds, and its value before the queue's pace
+    /// has been measured (no request has left it yet). Otherwise a 429's `Retry-After` is the
+    /// queue's expected wait: the requests admitted for the model over the pace at which they
+    /// have been leaving, rounded up, at most 60 s (or this value, when longer). Default `1`.
     pub retry_after_secs: u64,
     /// Pronunciation lexicons a request names in its `lexicon` field (name → lexicon; see
     /// `chatterbox_text::Lexicon`). Default: none.
