@@ -5,7 +5,9 @@ use chatterbox_pipeline::{
     ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts, ChatterboxVc,
     Conditionals, Draws, GenerateOptions, S3GenRef, Sampling, VcOptions, VoiceClip,
 };
-use chatterbox_testkit::{fixtures_root, Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{
+    f32_array, fixtures_root, i64_array, Actual, Array, Error, Fixture, Suite,
+};
 use chatterbox_vocoder::SineDraws;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,23 +44,11 @@ fn vec_f32(t: &HashMap<String, Tensor>, name: &str) -> R<Vec<f32>> {
 }
 
 fn f32_out(name: &str, t: &Tensor) -> R<(String, Actual)> {
-    let shape = t.dims().to_vec();
-    let data = t
-        .to_dtype(DType::F32)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok((name.to_string(), Array::new(shape, data).into()))
+    Ok((name.to_string(), f32_array(t)?.into()))
 }
 
 fn i64_out(name: &str, t: &Tensor) -> R<(String, Actual)> {
-    let shape = t.dims().to_vec();
-    let data = t
-        .to_dtype(DType::I64)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<i64>())
-        .map_err(e)?;
-    Ok((name.to_string(), Array::new(shape, data).into()))
+    Ok((name.to_string(), i64_array(t)?.into()))
 }
 
 fn tokens_out(name: &str, v: &[u32]) -> (String, Actual) {

@@ -10,7 +10,7 @@ use chatterbox_s3gen::flow::{
     UpsampleConformerEncoder,
 };
 use chatterbox_s3gen::S3GenError;
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{f32_array, Actual, Array, Error, Fixture, Suite};
 use std::path::Path;
 
 type Outputs = chatterbox_testkit::Result<Vec<(String, Actual)>>;
@@ -40,13 +40,7 @@ fn has_input(fx: &Fixture, name: &str) -> bool {
 }
 
 fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
-    let t = t.to_dtype(DType::F32).map_err(e)?;
-    let shape = t.dims().to_vec();
-    let data = t
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok((name.to_string(), Array::new(shape, data).into()))
+    Ok((name.to_string(), f32_array(t)?.into()))
 }
 
 fn weights<'a>(fx: &Fixture, dev: &'a Device) -> chatterbox_testkit::Result<VarBuilder<'a>> {

@@ -4,7 +4,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_s3gen::tokenizer::{ModelConfig, S3Tokenizer};
 use chatterbox_s3gen::S3GenError;
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{f32_array, Actual, Array, Error, Fixture, Suite};
 
 type Outputs = Vec<(String, Actual)>;
 
@@ -14,16 +14,6 @@ fn e(err: impl std::fmt::Display) -> Error {
 
 fn out(name: &str, a: impl Into<Actual>) -> (String, Actual) {
     (name.to_string(), a.into())
-}
-
-fn f32_array(t: &Tensor) -> chatterbox_testkit::Result<Array<f32>> {
-    let shape = t.dims().to_vec();
-    let data = t
-        .to_dtype(DType::F32)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok(Array::new(shape, data))
 }
 
 fn load(fx: &Fixture, dev: &Device) -> chatterbox_testkit::Result<S3Tokenizer> {

@@ -9,7 +9,7 @@ use chatterbox_t3::{
     llama3_inv_freq, GenerateOptions, LlamaConfig, RotaryTables, Sampling, T3Cond, T3Config,
     TurboOptions, T3,
 };
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Result, Suite};
+use chatterbox_testkit::{f32_array, Actual, Array, Error, Fixture, Result, Suite};
 use std::collections::BTreeMap;
 
 type Outputs = Vec<(String, Actual)>;
@@ -20,15 +20,6 @@ fn e(err: impl std::fmt::Display) -> Error {
 
 fn out(name: &str, a: impl Into<Actual>) -> (String, Actual) {
     (name.to_string(), a.into())
-}
-
-fn arr(t: &Tensor) -> Result<Array<f32>> {
-    let data = t
-        .flatten_all()
-        .and_then(|t| t.to_dtype(DType::F32))
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok(Array::new(t.dims().to_vec(), data))
 }
 
 fn tokens(v: &[u32]) -> Array<i64> {
@@ -85,19 +76,19 @@ fn t3_llama(fx: &Fixture) -> Result<Outputs> {
     let hp = t3.config().clone();
     let mut outs = Vec::new();
     let cond_emb = t3.prepare_conditioning(&cond(fx, &dev)?).map_err(e)?;
-    outs.push(out("cond_emb", arr(&cond_emb)?));
+    outs.push(out("cond_emb", f32_array(&cond_emb)?));
     let perceiver = t3.cond_enc().perceiver().ok_or_else(|| e("no perceiver"))?;
     let p = perceiver
         .forward(&tensor(&fx.input("perceiver_input")?, &dev)?)
         .map_err(e)?;
-    outs.push(out("perceiver", arr(&p)?));
+    outs.push(out("perceiver", f32_array(&p)?));
 
     let text = ids(&fx.input_i64("text_tokens")?);
     let start = hp.start_speech_token;
     let embeds = t3
         .prepare_input_embeds(&cond_emb, &text, &[start], true)
         .map_err(e)?;
-    outs.push(out("input_embeds", arr(&embeds)?));
+    outs.push(out("input_embeds", f32_array(&embeds)?));
     let bos = t3
         .speech_step_embed(
             &Tensor::new(&[start], &dev).map_err(e)?,
@@ -108,7 +99,7 @@ fn t3_llama(fx: &Fixture) -> Result<Outputs> {
     let full = Tensor::cat(&[&embeds, &bos], 1).map_err(e)?;
     let hidden: Vec<Tensor> = t3.hidden_states(&full).map_err(e)?;
     let hidden = Tensor::stack(&hidden, 0).map_err(e)?;
-    outs.push(out("hidden_states", arr(&hidden)?));
+    outs.push(out("hidden_states", f32_array(&hidden)?));
 
     let cfg_weight: f32 = fx.config("cfg_weight")?;
     let mut opts = GenerateOptions::default();
@@ -126,7 +117,7 @@ fn t3_llama(fx: &Fixture) -> Result<Outputs> {
     let n_proc: usize = fx.config("processed_steps")?;
     opts.max_new_tokens = tf.len() + 1;
     let mut stream = t3.generate(&cond_emb, &text, &opts).map_err(e)?;
-    outs.push(out("prefill_logits", arr(stream.logits())?));
+    outs.push(out("prefill_logits", f32_array(stream.logits())?));
     let (mut logits, mut processed) = (Vec::new(), Vec::new());
     for &t in &tf {
         stream.next().ok_or_else(|| e("stream ended"))?.map_err(e)?;
@@ -138,8 +129,8 @@ fn t3_llama(fx: &Fixture) -> Result<Outputs> {
         }
         stream.feed(t).map_err(e)?;
     }
-    outs.push(out("tf_logits", arr(&stack(&logits)?)?));
-    outs.push(out("tf_processed", arr(&stack(&processed)?)?));
+    outs.push(out("tf_logits", f32_array(&stack(&logits)?)?));
+    outs.push(out("tf_processed", f32_array(&stack(&processed)?)?));
 
     opts.max_new_tokens = fx.config("n_greedy")?;
     let greedy: Vec<u32> = t3.inference(&cond_emb, &text, &opts).map_err(e)?;
@@ -158,15 +149,15 @@ fn t3_gpt2(fx: &Fixture) -> Result<Outputs> {
     let t3 = load(fx, &dev)?;
     let mut outs = Vec::new();
     let cond_emb = t3.prepare_conditioning(&cond(fx, &dev)?).map_err(e)?;
-    outs.push(out("cond_emb", arr(&cond_emb)?));
+    outs.push(out("cond_emb", f32_array(&cond_emb)?));
     let text = ids(&fx.input_i64("text_tokens")?);
     let start = t3.config().start_speech_token;
     let embeds = t3
         .prepare_input_embeds(&cond_emb, &text, &[start], false)
         .map_err(e)?;
-    outs.push(out("input_embeds", arr(&embeds)?));
+    outs.push(out("input_embeds", f32_array(&embeds)?));
     let hidden = Tensor::stack(&t3.hidden_states(&embeds).map_err(e)?, 0).map_err(e)?;
-    outs.push(out("hidden_states", arr(&hidden)?));
+    outs.push(out("hidden_states", f32_array(&hidden)?));
 
     let mut opts = TurboOptions::default();
     opts.sampling = Sampling::Greedy;
@@ -192,8 +183,8 @@ fn t3_gpt2(fx: &Fixture) -> Result<Outputs> {
         }
         stream.feed(t).map_err(e)?;
     }
-    outs.push(out("tf_logits", arr(&stack(&logits)?)?));
-    outs.push(out("tf_processed", arr(&stack(&processed)?)?));
+    outs.push(out("tf_logits", f32_array(&stack(&logits)?)?));
+    outs.push(out("tf_processed", f32_array(&stack(&processed)?)?));
 
     let n_greedy: usize = fx.config("n_greedy")?;
     opts.max_gen_len = n_greedy - 1;
@@ -236,7 +227,7 @@ fn logits_processors(fx: &Fixture) -> Result<Outputs> {
         let y = LogitsProcessorList(list)
             .process(&history, &scores)
             .map_err(e)?;
-        outs.push(out(&name, arr(&y)?));
+        outs.push(out(&name, f32_array(&y)?));
     }
     Ok(outs)
 }
@@ -253,8 +244,8 @@ fn rope(fx: &Fixture) -> Result<Outputs> {
         .map_err(e)?;
     Ok(vec![
         out("inv_freq", Array::vector(llama3_inv_freq(&cfg))),
-        out("cos", arr(&cos)?),
-        out("sin", arr(&sin)?),
+        out("cos", f32_array(&cos)?),
+        out("sin", f32_array(&sin)?),
     ])
 }
 

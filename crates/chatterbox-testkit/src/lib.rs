@@ -35,6 +35,6 @@ pub use signal::{noisy_harmonics, speech_like};
 pub use strings::{pack_ids, pack_strings};
 pub use suite::{Row, Status, Suite};
 #[cfg(feature = "candle")]
-pub use tensors::{max_abs, max_abs_diff};
+pub use tensors::{f32_array, i64_array, max_abs, max_abs_diff};
 #[cfg(feature = "candle")]
 pub use weights::{state_dict, uniform};

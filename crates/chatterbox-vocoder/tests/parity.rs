@@ -2,7 +2,7 @@
 //! (`parity/recorders/vocoder.py`).
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{f32_array, Actual, Error, Fixture, Suite};
 use chatterbox_vocoder::{F0PredictorConfig, HiFTConfig, HiFTGenerator, SineDraws, TrimFade};
 use std::path::Path;
 
@@ -18,12 +18,7 @@ fn input(fx: &Fixture, name: &str, dev: &Device) -> chatterbox_testkit::Result<T
 }
 
 fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
-    let shape = t.dims().to_vec();
-    let data = t
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok((name.to_string(), Array::new(shape, data).into()))
+    Ok((name.to_string(), f32_array(t)?.into()))
 }
 
 fn model(fx: &Fixture, dev: &Device) -> chatterbox_testkit::Result<HiFTGenerator> {

@@ -1,7 +1,7 @@
 //! chatterbox-watermark against fixtures recorded from the Python reference
 //! (`parity/recorders/watermark.py`, resemble-perth 1.0.1 with a small random PerthNet).
 use candle_core::{Device, Tensor};
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{f32_array, Actual, Array, Error, Fixture, Suite};
 use chatterbox_watermark::{PerthConfig, PerthNet, PerthWatermarker, PolyphaseResampler};
 
 type Outputs = chatterbox_testkit::Result<Vec<(String, Actual)>>;
@@ -24,12 +24,7 @@ fn out_vec(name: &str, shape: Vec<usize>, data: Vec<f32>) -> (String, Actual) {
 }
 
 fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
-    let shape = t.dims().to_vec();
-    let data = t
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(e)?;
-    Ok(out_vec(name, shape, data))
+    Ok((name.to_string(), f32_array(t)?.into()))
 }
 
 /// The device the cases run on: the CPU, or the GPU `CHATTERBOX_PARITY_DEVICE` names.

@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use chatterbox_dsp::Matrix;
 use chatterbox_speaker::{CAMPPlus, CAMPPlusConfig, EmbedOptions, VoiceEncConfig, VoiceEncoder};
-use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
+use chatterbox_testkit::{f32_array, Actual, Error, Fixture, Suite};
 
 type Outputs = chatterbox_testkit::Result<Vec<(String, Actual)>>;
 
@@ -14,13 +14,7 @@ fn e(err: impl std::fmt::Display) -> Error {
 }
 
 fn out(name: &str, t: &Tensor) -> chatterbox_testkit::Result<(String, Actual)> {
-    let data = t
-        .flatten_all()
-        .map_err(e)?
-        .to_dtype(DType::F32)
-        .map_err(e)?;
-    let data = data.to_vec1::<f32>().map_err(e)?;
-    Ok((name.to_string(), Array::new(t.dims().to_vec(), data).into()))
+    Ok((name.to_string(), f32_array(t)?.into()))
 }
 
 /// The device the models run on: the CPU, or with `CHATTERBOX_DEVICE=cuda` (built with
