@@ -161,6 +161,26 @@ impl CheckpointFiles {
         }
     }
 
+    /// The quantized T3 file that `chatterbox quantize` writes in place of [`Self::t3`]: its
+    /// name with `.gguf` (`t3_cfg.gguf`; see `chatterbox_t3::T3::write_quantized`).
+    pub fn quantized_t3(&self) -> String {
+        Path::new(&self.t3)
+            .with_extension("gguf")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The T3 file a load reads from `dir`: the quantized one when it is there (a folder
+    /// `chatterbox quantize` wrote), else [`Self::t3`] (which may be missing).
+    pub fn t3_in(&self, dir: &Path) -> String {
+        let quantized = self.quantized_t3();
+        if dir.join(&quantized).is_file() {
+            quantized
+        } else {
+            self.t3.clone()
+        }
+    }
+
     /// Every file name, required ones first.
     pub fn all(&self) -> Vec<String> {
         let mut v = vec![

@@ -151,7 +151,7 @@ impl TtsCore {
         let files = CheckpointFiles::of(variant, mtl);
         let name = variant.name();
         let ve_path = require(dir, files.ve, "VoiceEncoder weights", name)?;
-        let t3_path = require(dir, &files.t3, "T3 weights", name)?;
+        let t3_path = require(dir, &files.t3_in(dir), "T3 weights", name)?;
         let s3_path = require(dir, files.s3gen, "S3Gen weights", name)?;
         let text_variant = match variant {
             Variant::English => chatterbox_text::Variant::English,
@@ -188,9 +188,14 @@ impl TtsCore {
         .map_err(PipelineError::from)
         .map_err(loading(&ve_path))?;
         tracing::info!(path = %t3_path.display(), ?dtype, "loading T3");
-        let t3 = T3::load_with_config(&cfg.t3, &[&t3_path], dtype, device)
-            .map_err(PipelineError::from)
-            .map_err(loading(&t3_path))?;
+        let t3 = if chatterbox_t3::is_quantized_file(&t3_path) {
+            // a quantized checkpoint: loaded in its own format, no full-precision file read
+            T3::load_quantized(&cfg.t3, &t3_path, dtype, device)
+        } else {
+            T3::load_with_config(&cfg.t3, &[&t3_path], dtype, device)
+        }
+        .map_err(PipelineError::from)
+        .map_err(loading(&t3_path))?;
         tracing::info!(path = %s3_path.display(), "loading S3Gen");
         let vb = var_builder(&s3_path, DType::F32, device)?;
         let s3gen = S3Gen::new(&cfg.s3gen, vb, dtype).map_err(loading(&s3_path))?;

@@ -12,7 +12,7 @@ pub use self::core::{
 pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, FLOW_ROWS};
 pub use self::stream::{AudioChunk, SpeechStream, Truncation};
 
-use self::core::TtsCore;
+pub(crate) use self::core::TtsCore;
 use crate::checkpoint::{MultilingualT3, Variant};
 use crate::conditionals::Conditionals;
 use crate::config::ChatterboxConfig;
