@@ -45,7 +45,7 @@ Examples:
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_help = "`chatterbox --help` shows examples; `chatterbox speak --help`, `chatterbox vc --help` and `chatterbox serve --help` every option.",
+    after_help = "`chatterbox --help` shows examples; `chatterbox speak --help`, `chatterbox vc --help`, `chatterbox serve --help` and `chatterbox quantize --help` every option.",
     after_long_help = EXAMPLES,
     propagate_version = true
 )]
@@ -82,6 +82,72 @@ pub enum Command {
     /// Detect or apply Resemble AI's Perth watermark (what Chatterbox marks its speech with).
     #[command(subcommand)]
     Watermark(WatermarkCommand),
+    /// Write a checkpoint folder whose T3 is stored in 8 or 4 bits: smaller, faster to load,
+    /// less memory (CPU).
+    #[command(long_about = QUANTIZE_ABOUT, after_long_help = QUANTIZE_EXAMPLES)]
+    Quantize(QuantizeArgs),
+}
+
+const QUANTIZE_ABOUT: &str = "\
+Write a checkpoint folder whose T3 is stored in 8-bit (q8) or 4-bit (q4) blocks, or bf16: the \
+model's files in the hub layout, T3 as one GGUF file (t3_cfg.gguf, t3_turbo_v1.gguf, ...) in \
+place of its full-precision .safetensors, every other file copied. `speak`, `vc` and `serve` \
+load it with --model-dir like any checkpoint, reading T3 in its stored format (no conversion at \
+load, no full-precision T3 in memory); --quantize then may be left out or name the same format.
+
+Quantized T3 runs on the CPU only (on a GPU use the full-precision checkpoint with --dtype \
+bf16). The output folder must not exist: it is written under a hidden temporary name beside it \
+and appears only once complete and loaded back once, so a failure leaves nothing.";
+
+const QUANTIZE_EXAMPLES: &str = "\
+Examples:
+  chatterbox quantize --model-dir ./chatterbox --format q8 -o ./chatterbox-q8
+  chatterbox speak \"Hello.\" --model-dir ./chatterbox-q8 -o hello.wav
+  chatterbox quantize --model turbo --format q4 -o ./chatterbox-turbo-q4   # from the hub";
+
+/// `chatterbox quantize --format`: the stored formats (f32 is the checkpoint itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckpointFormat {
+    /// 8-bit blocks (GGUF Q8_0, 8.5 bits a weight).
+    Q8,
+    /// 4-bit blocks (GGUF Q4_K, 4.5 bits a weight).
+    Q4,
+    /// bfloat16 (16 bits a weight).
+    Bf16,
+}
+
+/// `chatterbox quantize`.
+#[derive(Debug, Args)]
+pub struct QuantizeArgs {
+    /// Which model's checkpoint.
+    #[arg(short, long, value_enum, default_value = "english")]
+    pub model: Model,
+    /// Multilingual T3 checkpoint: v2 (default), v3, or a .safetensors file name in the model
+    /// directory.
+    #[arg(long, value_name = "VERSION")]
+    pub mtl_version: Option<String>,
+    /// The full-precision checkpoint directory (hub layout). Without it the model is
+    /// downloaded from the hub on first use.
+    #[arg(long, value_name = "DIR", env = "CHATTERBOX_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Hyper-parameters of a resized checkpoint (as for speak; the folder's own
+    /// chatterbox_config.json is copied).
+    #[arg(
+        long,
+        value_name = "JSON",
+        requires = "model_dir",
+        hide_short_help = true
+    )]
+    pub config: Option<PathBuf>,
+    /// How T3's backbone weights are stored.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: CheckpointFormat,
+    /// The folder to write (must not exist).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// No summary; errors are still printed.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// `chatterbox watermark ...`.
@@ -744,6 +810,37 @@ mod tests {
         };
         assert_eq!(a.quantize, QuantizeArg::Auto);
         assert!(Cli::try_parse_from(["chatterbox", "speak", "hi", "--quantize", "q2"]).is_err());
+    }
+
+    #[test]
+    fn quantize_needs_a_format_and_an_output() {
+        let ok = Cli::try_parse_from([
+            "chatterbox",
+            "quantize",
+            "--model-dir",
+            "d",
+            "--format",
+            "q4",
+            "-o",
+            "out",
+        ]);
+        let Ok(Cli {
+            command: Command::Quantize(a),
+        }) = ok
+        else {
+            panic!("{ok:?}");
+        };
+        assert_eq!(
+            (a.format, a.model, a.output),
+            (CheckpointFormat::Q4, Model::English, PathBuf::from("out"))
+        );
+        for bad in [
+            &["chatterbox", "quantize", "-o", "out"][..],
+            &["chatterbox", "quantize", "--format", "q8"],
+            &["chatterbox", "quantize", "--format", "f32", "-o", "out"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -39,6 +39,10 @@ mod enabled {
             dtype,
         )?)
     }
+
+    pub fn checkpoint_dir(model: Model, mtl: &MultilingualT3) -> Result<std::path::PathBuf> {
+        Ok(download_checkpoint(crate::speak::variant(model), mtl)?)
+    }
 }
 
 #[cfg(not(feature = "hub"))]
@@ -55,6 +59,10 @@ mod enabled {
     pub fn vc(_: &Device, _: DType) -> Result<ChatterboxVc> {
         anyhow::bail!(NO_HUB)
     }
+
+    pub fn checkpoint_dir(_: Model, _: &MultilingualT3) -> Result<std::path::PathBuf> {
+        anyhow::bail!(NO_HUB)
+    }
 }
 
 /// The text-to-speech `model` from its hub repository.
@@ -65,4 +73,9 @@ pub fn tts(model: Model, mtl: &MultilingualT3, dev: &Device, dtype: DType) -> Re
 /// The voice conversion model (`ResembleAI/chatterbox`'s `s3gen.safetensors`, `conds.pt`).
 pub fn vc(dev: &Device, dtype: DType) -> Result<ChatterboxVc> {
     enabled::vc(dev, dtype)
+}
+
+/// The hub checkpoint folder of `model` (downloaded on first use).
+pub fn checkpoint_dir(model: Model, mtl: &MultilingualT3) -> Result<std::path::PathBuf> {
+    enabled::checkpoint_dir(model, mtl)
 }

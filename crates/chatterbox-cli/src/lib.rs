@@ -18,6 +18,7 @@ mod japanese;
 mod output;
 mod preflight;
 mod progress;
+mod quantize;
 mod serve;
 mod source;
 mod speak;
@@ -49,6 +50,10 @@ where
         args::Command::Serve(a) => {
             init_logging(SERVE_LOG_FILTER);
             serve::run(*a)
+        }
+        args::Command::Quantize(a) => {
+            init_logging(DEFAULT_LOG_FILTER);
+            quantize::run(a)
         }
         args::Command::Watermark(c) => {
             init_logging(DEFAULT_LOG_FILTER);

@@ -111,7 +111,9 @@ pub fn check_checkpoint(
         other => other,
     };
     let needed_by = format!("the {} model", variant.name());
-    for name in [files.ve, files.t3.as_str(), files.s3gen, tokenizer] {
+    // T3: the quantized file when the folder has one (`chatterbox quantize`)
+    let t3 = files.t3_in(dir);
+    for name in [files.ve, t3.as_str(), files.s3gen, tokenizer] {
         readable(dir, name, &needed_by)?;
     }
     if needs_builtin_voice {

@@ -62,6 +62,11 @@ impl Tts {
         })
     }
 
+    /// How T3's backbone weights are stored (a quantized checkpoint's format, or f32).
+    pub fn t3_format(&self) -> WeightFormat {
+        each!(self, m => m.t3_format())
+    }
+
     fn conditionals(&self) -> Option<&Conditionals> {
         each!(self, m => m.conditionals())
     }
@@ -182,6 +187,34 @@ pub fn t3_format(
         bail!("--quantize {format} needs T3 in f32 (--dtype f32 or auto), not {dtype:?}");
     }
     Ok(format)
+}
+
+/// `--quantize` against a checkpoint whose T3 is already stored quantized (`chatterbox
+/// quantize` wrote it): `auto` or its own format is fine, another format an error (the
+/// full-precision weights are not there to convert).
+pub fn check_stored_format(arg: QuantizeArg, stored: WeightFormat) -> Result<()> {
+    if stored.is_exact() || arg == QuantizeArg::Auto {
+        return Ok(());
+    }
+    let asked = t3_format_name(arg);
+    if asked != stored.name() {
+        bail!(
+            "--quantize {asked}: this checkpoint's T3 is stored in {stored} (a folder written by \
+             `chatterbox quantize`); leave --quantize out, pass {stored}, or use the \
+             full-precision checkpoint for {asked}"
+        );
+    }
+    Ok(())
+}
+
+fn t3_format_name(arg: QuantizeArg) -> &'static str {
+    match arg {
+        QuantizeArg::Auto => "auto",
+        QuantizeArg::Q8 => "q8",
+        QuantizeArg::Q4 => "q4",
+        QuantizeArg::Bf16 => "bf16",
+        QuantizeArg::F32 => "f32",
+    }
 }
 
 /// The model, from a directory (with `config` hyper-parameters when given) or the hub.
@@ -333,8 +366,10 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         variant(args.model).name(),
         src.describe()
     ));
-    let mut tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
-        .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?
+    let tts = load(args.model, &mtl, &src, config.as_ref(), &dev, dtype)
+        .with_context(|| format!("cannot load the {} model", variant(args.model).name()))?;
+    check_stored_format(args.quantize, tts.t3_format())?;
+    let mut tts = tts
         .with_t3_format(format)
         .with_context(|| format!("cannot store T3's weights as {format}"))?
         .with_watermarker(watermark::load(perth.as_ref(), &dev)?);
@@ -345,10 +380,11 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         }
         m.set_kanji_reader(kanji_reader);
     }
-    let weights = if format.is_exact() {
+    let stored = tts.t3_format();
+    let weights = if stored.is_exact() {
         String::new()
     } else {
-        format!(", T3 weights in {format}")
+        format!(", T3 weights in {stored}")
     };
     step.done(format!(
         "Loaded Chatterbox {} on {}{weights}",

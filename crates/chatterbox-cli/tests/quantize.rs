@@ -1,0 +1,279 @@
+//! `chatterbox quantize`: the folder it writes loads with `speak --model-dir` and speaks the
+//! audio of `--quantize` on the full-precision folder, exactly; missing, damaged and
+//! already-quantized inputs, a taken output and a format nothing fits are clear errors that
+//! leave no folder, half-written or whole.
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+type R<T> = anyhow::Result<T>;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
+}
+
+/// The tensors under `prefix` (prefix removed) saved to `path`.
+fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) -> R<()> {
+    let part: HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+        .collect();
+    anyhow::ensure!(!part.is_empty(), "no tensor under {prefix}");
+    Ok(candle_core::safetensors::save(&part, path)?)
+}
+
+/// The pipeline's tiny English case as a checkpoint folder `root/ckpt` (8 wide: only bf16
+/// fits its projections), and its reference clip.
+struct Setup {
+    root: tempfile::TempDir,
+    dir: PathBuf,
+    ref_wav: PathBuf,
+}
+
+fn setup() -> R<Setup> {
+    let root = tempfile::tempdir()?;
+    let dir = root.path().join("ckpt");
+    std::fs::create_dir(&dir)?;
+    let path = fixtures().join("pipeline/english.safetensors");
+    let t = candle_core::safetensors::load(&path, &Device::Cpu)?;
+    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"))?;
+    write_part(&t, "ve.", &dir.join("ve.safetensors"))?;
+    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"))?;
+    std::fs::copy(
+        fixtures().join("text/assets/en/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )?;
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("pipeline/english.json"),
+    )?)?;
+    std::fs::write(
+        dir.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&fx["config"]["chatterbox"])?,
+    )?;
+    let clip = t
+        .get("in.ref_24k")
+        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let ref_wav = root.path().join("ref.wav");
+    chatterbox_dsp::audio::write_wav(
+        &ref_wav,
+        &chatterbox_dsp::Audio::new(clip, 24_000),
+        chatterbox_dsp::WavFormat::Float32,
+    )?;
+    Ok(Setup { root, dir, ref_wav })
+}
+
+fn chatterbox(args: &[&str]) -> R<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("CHATTERBOX_QUANTIZE")
+        .env_remove("RUST_LOG")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()?)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn quantize(dir: &Path, format: &str, out: &Path) -> R<Output> {
+    chatterbox(&[
+        "quantize",
+        "--model-dir",
+        p(dir),
+        "--format",
+        format,
+        "-o",
+        p(out),
+    ])
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> R<Vec<String>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        v.push(e?.file_name().to_string_lossy().into_owned());
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// `speak` on the tiny checkpoint `dir` with the reference clip, 8 tokens, seed 3.
+fn speak(s: &Setup, dir: &Path, out: &Path, extra: &[&str]) -> R<Output> {
+    let mut args = vec![
+        "speak",
+        "Hello there.",
+        "--model-dir",
+        p(dir),
+        "--voice",
+        p(&s.ref_wav),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "8",
+        "--seed",
+        "3",
+        "--wav-format",
+        "f32",
+        "-o",
+        p(out),
+    ];
+    args.extend_from_slice(extra);
+    chatterbox(&args)
+}
+
+fn samples(path: &Path) -> R<Vec<f32>> {
+    let a = chatterbox_dsp::audio::load(path)?;
+    anyhow::ensure!(a.sample_rate == 24_000, "sample rate {}", a.sample_rate);
+    anyhow::ensure!(!a.samples.is_empty(), "{} is empty", path.display());
+    anyhow::ensure!(
+        a.samples.iter().all(|v| v.is_finite()),
+        "non-finite samples"
+    );
+    anyhow::ensure!(a.samples.iter().any(|&v| v != 0.0), "all zero");
+    Ok(a.samples)
+}
+
+#[test]
+fn a_quantized_folder_speaks_as_quantize_at_load_does() -> R<()> {
+    let s = setup()?;
+    let q = s.root.path().join("bf16");
+    let o = quantize(&s.dir, "bf16", &q)?;
+    anyhow::ensure!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    anyhow::ensure!(
+        err.contains("t3_cfg.gguf") && err.contains("8 of 8 projections in bf16"),
+        "{err}"
+    );
+    // T3 as its GGUF file in place of the safetensors; every other file copied
+    assert_eq!(
+        names(&q)?,
+        [
+            "chatterbox_config.json",
+            "s3gen.safetensors",
+            "t3_cfg.gguf",
+            "tokenizer.json",
+            "ve.safetensors"
+        ]
+    );
+    for f in ["s3gen.safetensors", "tokenizer.json", "ve.safetensors"] {
+        assert_eq!(
+            std::fs::read(q.join(f))?,
+            std::fs::read(s.dir.join(f))?,
+            "{f}"
+        );
+    }
+    // nothing else beside it (no temporary folder)
+    assert_eq!(names(s.root.path())?, ["bf16", "ckpt", "ref.wav"]);
+
+    // the folder speaks, in its stored format, the audio of --quantize bf16 on the original
+    let (a, b) = (s.root.path().join("a.wav"), s.root.path().join("b.wav"));
+    let o = speak(&s, &q, &a, &[])?;
+    anyhow::ensure!(o.status.success(), "{}", stderr(&o));
+    anyhow::ensure!(stderr(&o).contains("T3 weights in bf16"), "{}", stderr(&o));
+    let o = speak(&s, &s.dir, &b, &["--quantize", "bf16"])?;
+    anyhow::ensure!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(samples(&a)?, samples(&b)?);
+    // --quantize naming the stored format is fine; another is a clear error before speaking
+    let o = speak(&s, &q, &a, &["--quantize", "bf16"])?;
+    anyhow::ensure!(o.status.success(), "{}", stderr(&o));
+    let c = s.root.path().join("c.wav");
+    for other in ["q8", "f32"] {
+        let o = speak(&s, &q, &c, &["--quantize", other])?;
+        let err = stderr(&o);
+        anyhow::ensure!(o.status.code() == Some(1), "{other}: {err}");
+        anyhow::ensure!(
+            err.contains(&format!("--quantize {other}")) && err.contains("stored in bf16"),
+            "{other}: {err}"
+        );
+        anyhow::ensure!(!c.exists(), "{other}: wrote audio");
+    }
+    // quantizing the quantized folder again is refused
+    let again = s.root.path().join("again");
+    let o = quantize(&q, "bf16", &again)?;
+    anyhow::ensure!(
+        o.status.code() == Some(1) && stderr(&o).contains("already quantized"),
+        "{}",
+        stderr(&o)
+    );
+    anyhow::ensure!(!again.exists());
+    Ok(())
+}
+
+/// Runs `quantize` on `dir` into `root/out` and expects a failure whose message holds `want`,
+/// with nothing left in `root` but what was there.
+fn fails(root: &Path, dir: &Path, format: &str, want: &str) -> R<()> {
+    let before = names(root)?;
+    let out = root.join("out");
+    let o = quantize(dir, format, &out)?;
+    let err = stderr(&o);
+    anyhow::ensure!(o.status.code() == Some(1), "{want}: {err}");
+    anyhow::ensure!(err.contains(want), "expected {want:?} in: {err}");
+    anyhow::ensure!(!err.contains("panicked"), "{err}");
+    assert_eq!(names(root)?, before, "{want}: left files behind");
+    Ok(())
+}
+
+#[test]
+fn bad_inputs_are_clear_errors_that_leave_no_folder() -> R<()> {
+    let s = setup()?;
+    let root = s.root.path();
+    // a format none of the 8-wide projections fits
+    fails(root, &s.dir, "q8", "nothing to quantize")?;
+    // a missing, a damaged and an empty input file
+    let broken = root.join("broken");
+    for (file, bytes, want) in [
+        ("ve.safetensors", None, "ve.safetensors"),
+        (
+            "t3_cfg.safetensors",
+            Some(&b"not safetensors"[..]),
+            "t3_cfg.safetensors",
+        ),
+        (
+            "s3gen.safetensors",
+            Some(&b"\x08\0\0\0\0\0\0\0{}"[..]),
+            "s3gen.safetensors",
+        ),
+        ("tokenizer.json", Some(&b"{"[..]), "tokenizer.json"),
+    ] {
+        let _ = std::fs::remove_dir_all(&broken);
+        std::fs::create_dir(&broken)?;
+        for f in names(&s.dir)? {
+            std::fs::copy(s.dir.join(&f), broken.join(&f))?;
+        }
+        match bytes {
+            None => std::fs::remove_file(broken.join(file))?,
+            Some(b) => std::fs::write(broken.join(file), b)?,
+        }
+        fails(root, &broken, "bf16", want)?;
+    }
+    // an output that exists is left as it was
+    let out = root.join("out");
+    std::fs::create_dir(&out)?;
+    std::fs::write(out.join("keep.txt"), b"mine")?;
+    let o = quantize(&s.dir, "bf16", &out)?;
+    anyhow::ensure!(
+        o.status.code() == Some(1) && stderr(&o).contains("already exists"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(names(&out)?, ["keep.txt"]);
+    // no such input folder
+    let o = quantize(&root.join("nowhere"), "bf16", &root.join("out2"))?;
+    anyhow::ensure!(
+        o.status.code() == Some(1) && stderr(&o).contains("nowhere"),
+        "{}",
+        stderr(&o)
+    );
+    anyhow::ensure!(!root.join("out2").exists());
+    Ok(())
+}
