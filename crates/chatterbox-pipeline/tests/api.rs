@@ -1,89 +1,28 @@
 //! Behaviour and error tests on the tiny english/turbo checkpoints of the parity fixtures.
 #![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
+mod fuzz_support;
+
 use candle_core::{DType, Device, Tensor};
 use chatterbox_pipeline::{
     drop_invalid_tokens, Audio, ChatterboxConfig, ChatterboxTts, ChatterboxTurboTts, ChatterboxVc,
     Conditionals, GenerateOptions, PipelineError, Progress, S3GEN_SIL,
 };
 use chatterbox_testkit::fixtures_root;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture, ref_clip};
+use std::path::PathBuf;
 
 fn fixture_dir() -> PathBuf {
     fixtures_root().join("pipeline")
 }
 
-fn load(case: &str) -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(
-        fixture_dir().join(format!("{case}.safetensors")),
-        &Device::Cpu,
-    )
-    .unwrap()
-}
-
 fn config(case: &str) -> ChatterboxConfig {
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture_dir().join(format!("{case}.json"))).unwrap(),
-    )
-    .unwrap();
-    serde_json::from_value(meta["config"]["chatterbox"].clone()).unwrap()
-}
-
-fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) {
-    let part: HashMap<String, Tensor> = t
-        .iter()
-        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-        .collect();
-    candle_core::safetensors::save(&part, path).unwrap();
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "chatterbox-pipeline-api-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The english fixture as a checkpoint directory with its config sidecar.
-fn english_dir(name: &str) -> PathBuf {
-    let dir = temp_dir(name);
-    let t = load("english");
-    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"));
-    write_part(&t, "ve.", &dir.join("ve.safetensors"));
-    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"));
-    std::fs::copy(
-        fixtures_root().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
-    let cfg = serde_json::to_string(
-        &serde_json::from_str::<serde_json::Value>(
-            &std::fs::read_to_string(fixture_dir().join("english.json")).unwrap(),
-        )
-        .unwrap()["config"]["chatterbox"],
-    )
-    .unwrap();
-    std::fs::write(dir.join(chatterbox_pipeline::CONFIG_FILE), cfg).unwrap();
-    dir
-}
-
-fn ref_clip() -> Audio {
-    let t = load("english");
-    let wav = t["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    Audio::new(wav, 24_000)
+    serde_json::from_value(fixture_config(case)).unwrap()
 }
 
 fn english_model(name: &str) -> (ChatterboxTts, PathBuf) {
-    let dir = english_dir(name);
+    let dir = checkpoint_dir("english", name);
     let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&ref_clip(), 0.5)
+    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
         .unwrap();
     (tts, dir)
 }
@@ -96,7 +35,7 @@ fn small_opts() -> GenerateOptions {
 
 #[test]
 fn missing_file_is_named() {
-    let dir = english_dir("missing");
+    let dir = checkpoint_dir("english", "missing");
     std::fs::remove_file(dir.join("t3_cfg.safetensors")).unwrap();
     let err = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap_err();
     match &err {
@@ -125,7 +64,7 @@ fn missing_file_is_named() {
 
 #[test]
 fn corrupt_weights_are_a_typed_error() {
-    let dir = english_dir("corrupt");
+    let dir = checkpoint_dir("english", "corrupt");
     std::fs::write(dir.join("s3gen.safetensors"), b"not a safetensors file").unwrap();
     let err = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap_err();
     assert!(matches!(err, PipelineError::Checkpoint { .. }), "{err:?}");
@@ -147,7 +86,7 @@ fn bad_voice_clips() {
         matches!(err, PipelineError::ReferenceTooShort { .. }),
         "{err:?}"
     );
-    let mut nan = ref_clip();
+    let mut nan = ref_clip(0);
     nan.samples[100] = f32::NAN;
     assert!(tts.prepare_conditionals_from_audio(&nan, 0.5).is_err());
     let garbage = dir.join("garbage.wav");
@@ -179,7 +118,7 @@ fn bad_options_and_language() {
 
 #[test]
 fn generate_without_voice_fails() {
-    let dir = english_dir("novoice");
+    let dir = checkpoint_dir("english", "novoice");
     let tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
     assert!(tts.conditionals().is_none());
     let err = tts.generate("Hello.", &small_opts()).unwrap_err();
@@ -189,37 +128,20 @@ fn generate_without_voice_fails() {
 
 #[test]
 fn turbo_needs_five_seconds() {
-    let dir = temp_dir("turbo");
-    let t = load("turbo");
-    let en = load("english");
-    write_part(&t, "t3.", &dir.join("t3_turbo_v1.safetensors"));
-    write_part(&t, "ve.", &dir.join("ve.safetensors"));
-    let mut s3: HashMap<String, Tensor> = en
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("s3gen."))
-        .collect();
-    s3.extend(t.into_iter().filter(|(k, _)| k.starts_with("s3gen.")));
-    write_part(&s3, "s3gen.", &dir.join("s3gen_meanflow.safetensors"));
-    for f in ["tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(
-            fixtures_root().join("text/assets/turbo").join(f),
-            dir.join(f),
-        )
-        .unwrap();
-    }
+    let dir = checkpoint_dir("turbo", "turbo");
     let cfg = config("turbo");
     let mut tts =
         ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
             .unwrap();
     let err = tts
-        .prepare_conditionals_from_audio(&ref_clip(), 0.0)
+        .prepare_conditionals_from_audio(&ref_clip(0), 0.0)
         .unwrap_err();
     assert!(
         matches!(err, PipelineError::ReferenceTooShort { .. }),
         "{err:?}"
     );
     // A 5.5 s clip is accepted (normalised to -27 LUFS first).
-    let mut long = ref_clip().samples;
+    let mut long = ref_clip(0).samples;
     while long.len() < 132_000 {
         long.extend_from_within(..28_800);
     }
@@ -340,7 +262,7 @@ fn conditionals_roundtrip_and_reference_conds_pt() {
 
     // The reference's conds.pt of the same voice (same 16 kHz copy) holds the recorded values.
     let r = Conditionals::load(fixture_dir().join("english_conds.pt"), &Device::Cpu).unwrap();
-    let fx = load("english");
+    let fx = pipeline_fixture("english");
     eq(&r.t3.speaker_emb, &fx["out.speaker_emb"]);
     eq(&r.gen.prompt_feat, &fx["out.prompt_feat"]);
     eq(&r.gen.embedding, &fx["out.embedding"]);
