@@ -23,7 +23,9 @@ use candle_core::{DType, Device, Tensor};
 use chatterbox_t3::{
     BatchDecoder, BatchOptions, GenerateOptions, Sampling, T3Cond, T3Config, TurboOptions, T3,
 };
-use chatterbox_testkit::{bench_dtype, device_name, live, test_device, BenchRecord, CountingAlloc};
+use chatterbox_testkit::{
+    bench_dtype, device_name, env_usize, live, test_device, BenchRun, CountingAlloc,
+};
 use std::time::Instant;
 
 /// Counts live heap bytes, to check that decoding does not grow memory.
@@ -32,10 +34,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Decode steps timed per run (200 unless `CHATTERBOX_T3_BENCH_TOKENS` says otherwise).
 fn decode_tokens() -> usize {
-    std::env::var("CHATTERBOX_T3_BENCH_TOKENS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
+    env_usize("CHATTERBOX_T3_BENCH_TOKENS", 200)
 }
 const TEXT_TOKENS: usize = 60;
 
@@ -56,31 +55,6 @@ fn sync(dev: &Device) -> anyhow::Result<()> {
     // orders the clock read after the timed device work
     dev.synchronize()?;
     Ok(())
-}
-
-struct Bench {
-    records: Vec<BenchRecord>,
-    device: String,
-    threads: usize,
-}
-
-impl Bench {
-    fn push(&mut self, stage: &str, shape: String, times_ms: &mut [f64]) {
-        let timing = chatterbox_testkit::Timing::from_samples(times_ms);
-        eprintln!(
-            "{stage:<28} {:>9.2} ms (median of {})  {shape}",
-            timing.median_ms, timing.iters
-        );
-        self.records.push(BenchRecord {
-            group: "t3".into(),
-            stage: stage.into(),
-            implementation: "rust".into(),
-            device: self.device.clone(),
-            threads: self.threads,
-            timing,
-            shape,
-        });
-    }
 }
 
 /// Batch sizes of `CHATTERBOX_T3_BENCH_BATCH` (none by default).
@@ -118,7 +92,7 @@ fn profiled<T>(dev: &Device, f: impl FnOnce() -> T) -> anyhow::Result<T> {
 /// CUDA graph (a new attention bucket) are left out of the median. Then the same requests
 /// queued (`admit` with `true`) and admitted by `admit_queued` calls.
 fn run_batch(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     name: &str,
     t3: &T3,
     opts: BatchOptions,
@@ -148,7 +122,7 @@ fn run_batch(
     }
     let mode = if graphs { "graphs" } else { "eager" };
     let mut per_token: Vec<f64> = steps.iter().map(|s| s / n as f64).collect();
-    bench.push(
+    bench.push_times(
         &format!("{name}_batch{n}_{mode}_step"),
         format!(
             "{n} requests, {} steps timed of {}; admission {admit_ms:.1} ms a request",
@@ -157,7 +131,7 @@ fn run_batch(
         ),
         &mut steps,
     );
-    bench.push(
+    bench.push_times(
         &format!("{name}_batch{n}_{mode}_per_request_token"),
         format!("{n} requests"),
         &mut per_token,
@@ -186,7 +160,7 @@ fn run_batch(
     }
     sync(dev)?;
     let mut per_request = vec![t.elapsed().as_secs_f64() * 1e3 / n as f64];
-    bench.push(
+    bench.push_times(
         &format!("{name}_batch{n}_queued_admission_per_request"),
         format!("{n} requests queued ({queue_ms:.1} ms), then {calls} admit_queued calls"),
         &mut per_request,
@@ -196,7 +170,7 @@ fn run_batch(
 
 /// Times `runs` generations: prefill + first token, then `decode_tokens()` decode steps.
 fn run_variant<'a>(
-    bench: &mut Bench,
+    bench: &mut BenchRun,
     name: &str,
     runs: usize,
     mut start: impl FnMut() -> anyhow::Result<chatterbox_t3::TokenStream<'a>>,
@@ -230,12 +204,12 @@ fn run_variant<'a>(
             growth = growth.max(live() - live_at_10);
         }
     }
-    bench.push(
+    bench.push_times(
         &format!("{name}_prefill"),
         format!("{prefix} positions + first token"),
         &mut prefill,
     );
-    bench.push(
+    bench.push_times(
         &format!("{name}_decode_per_token"),
         format!(
             "{decode_tokens} tokens; heap growth after token 10: {growth} B; CUDA graphs: {graphs}"
@@ -246,21 +220,11 @@ fn run_variant<'a>(
 }
 
 fn main() -> anyhow::Result<()> {
-    let threads = std::env::var("CHATTERBOX_BENCH_THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let threads = env_usize("CHATTERBOX_BENCH_THREADS", 1);
     let dev = test_device("CHATTERBOX_BENCH_DEVICE")?;
     let (dtype, device) = (bench_dtype(&dev), device_name(&dev));
-    let runs: usize = std::env::var("CHATTERBOX_T3_BENCH_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
-    let mut bench = Bench {
-        records: Vec::new(),
-        device: device.into(),
-        threads,
-    };
+    let runs = env_usize("CHATTERBOX_T3_BENCH_RUNS", 2);
+    let mut bench = BenchRun::new("t3", device, threads, 28);
     let only = std::env::var("CHATTERBOX_T3_BENCH_ONLY").unwrap_or_default();
     let graphs = dev.is_cuda() && std::env::var("CHATTERBOX_T3_BENCH_GRAPHS").as_deref() != Ok("0");
     let solo = std::env::var("CHATTERBOX_T3_BENCH_SOLO").as_deref() != Ok("0");
@@ -410,6 +374,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    chatterbox_testkit::emit_records(&bench.records)?;
+    bench.emit()?;
     Ok(())
 }
