@@ -145,24 +145,30 @@ pub fn compare(
 mod tests {
     use super::*;
 
+    /// `compare` of two 1-D outputs of the same length.
+    fn vector(actual: &[f64], expected: &[f64], tolerance: Tolerance) -> Check {
+        compare(
+            "x",
+            &[actual.len()],
+            actual,
+            &[expected.len()],
+            expected,
+            tolerance,
+        )
+    }
+
     #[test]
     fn abs_and_rel_errors_are_measured() {
-        let c = compare(
-            "x",
-            &[3],
+        let c = vector(
             &[1.0, 2.0, 3.5],
-            &[3],
             &[1.0, 2.0, 4.0],
             Tolerance::Abs { value: 0.4 },
         );
         assert_eq!(c.max_abs, 0.5);
         assert_eq!(c.max_rel, 0.125);
         assert!(!c.passed);
-        let c = compare(
-            "x",
-            &[3],
+        let c = vector(
             &[1.0, 2.0, 3.5],
-            &[3],
             &[1.0, 2.0, 4.0],
             Tolerance::Rel { value: 0.2 },
         );
@@ -185,27 +191,13 @@ mod tests {
 
     #[test]
     fn nan_fails_unless_expected() {
-        let c = compare(
-            "x",
-            &[1],
-            &[f64::NAN],
-            &[1],
-            &[0.0],
-            Tolerance::Abs { value: 1.0 },
-        );
+        let c = vector(&[f64::NAN], &[0.0], Tolerance::Abs { value: 1.0 });
         assert!(!c.passed);
     }
 
     #[test]
     fn exact_counts_mismatches() {
-        let c = compare(
-            "x",
-            &[3],
-            &[1.0, 2.0, 3.0],
-            &[3],
-            &[1.0, 5.0, 3.0],
-            Tolerance::Exact,
-        );
+        let c = vector(&[1.0, 2.0, 3.0], &[1.0, 5.0, 3.0], Tolerance::Exact);
         assert!(!c.passed);
         assert_eq!(c.note.as_deref(), Some("1 of 3 elements differ"));
     }
@@ -213,14 +205,7 @@ mod tests {
     #[test]
     fn snr_is_computed() {
         // noise energy 0.01 over signal energy 1.0 -> 20 dB
-        let c = compare(
-            "x",
-            &[1],
-            &[1.1],
-            &[1],
-            &[1.0],
-            Tolerance::SnrDb { min_db: 19.0 },
-        );
+        let c = vector(&[1.1], &[1.0], Tolerance::SnrDb { min_db: 19.0 });
         assert!((c.snr_db.unwrap() - 20.0).abs() < 1e-9);
         assert!(c.passed);
     }
