@@ -215,46 +215,18 @@ fn speak_stores_t3_weights_as_asked_and_refuses_formats_that_cannot_run() -> R<(
     let out = s.dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let wav = out.join("bf16.wav");
     // the tiny checkpoint is 8 wide: bf16 converts every projection (q8's blocks need 32)
-    let o = chatterbox(&[
-        "speak",
-        "Hello there.",
-        "--model-dir",
-        p(&s.dir),
-        "--device",
-        "cpu",
-        "--quantize",
-        "bf16",
-        "--voice",
-        p(&s.ref_wav),
-        "--max-new-tokens",
-        "8",
-        "-o",
-        p(&wav),
-    ])?;
+    let mut args = speak_args(&s, "Hello there.", &s.ref_wav, "8");
+    args.extend(["--quantize", "bf16", "-o", p(&wav)]);
+    let o = chatterbox(&args)?;
     ok(&o)?;
     let stderr = String::from_utf8_lossy(&o.stderr);
     anyhow::ensure!(stderr.contains("T3 weights in bf16"), "{stderr}");
     read(&wav)?;
     // half-precision T3 cannot take 8-bit blocks: refused before loading, nothing written
     let refused = out.join("refused.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hello there.",
-        "--model-dir",
-        p(&s.dir),
-        "--device",
-        "cpu",
-        "--dtype",
-        "bf16",
-        "--quantize",
-        "q8",
-        "--voice",
-        p(&s.ref_wav),
-        "--max-new-tokens",
-        "8",
-        "-o",
-        p(&refused),
-    ])?;
+    let mut args = speak_args(&s, "Hello there.", &s.ref_wav, "8");
+    args.extend(["--dtype", "bf16", "--quantize", "q8", "-o", p(&refused)]);
+    let o = chatterbox(&args)?;
     anyhow::ensure!(!o.status.success(), "--dtype bf16 --quantize q8 ran");
     let stderr = String::from_utf8_lossy(&o.stderr);
     anyhow::ensure!(stderr.contains("--quantize q8 needs T3 in f32"), "{stderr}");
