@@ -4,18 +4,71 @@
 //! admitted, and every refusal is counted in `/metrics` by reason.
 //!
 //! A fake model of known pace (8 chunks of 50 ms: 0.4 s a request, one at a time) behind a
-//! queue of 7: 8 requests admitted at once need about 3.2 s.
+//! queue of 7: 8 requests admitted at once need about 3.2 s. Its requests wait at a gate
+//! before their first chunk, so that the test fills the queue before anything leaves it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 
 mod support;
 
-use chatterbox_server::ServerConfig;
+use chatterbox_pipeline::GenerateOptions;
+use chatterbox_server::{ChunkIter, DeviceModels, ModelError, ModelId, ServerConfig, SpeechModel};
 use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, Fake, TestServer};
+use support::{expect_error, speech, TestServer};
 
 /// Requests admitted at once: the one worker's and the queue's.
 const ADMITTED: usize = 8;
+
+/// A model that speaks 8 chunks of 100 samples, 50 ms each, once its gate is open.
+#[derive(Clone)]
+struct Gated {
+    open: Arc<AtomicBool>,
+}
+
+impl Gated {
+    fn device(&self) -> DeviceModels {
+        DeviceModels::loaded("gated", vec![Box::new(self.clone())])
+    }
+
+    fn set(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
+    }
+}
+
+impl SpeechModel for Gated {
+    fn id(&self) -> ModelId {
+        ModelId::English
+    }
+
+    fn default_options(&self) -> GenerateOptions {
+        GenerateOptions::english()
+    }
+
+    fn use_voice(&mut self, _path: Option<&Path>) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    fn save_voice(&mut self, _: &chatterbox_dsp::Audio, _: &Path) -> Result<(), ModelError> {
+        Err("the gated fake has no voices".into())
+    }
+
+    fn stream<'a>(&'a self, _: &str, _: &GenerateOptions) -> Result<ChunkIter<'a>, ModelError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.open.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(Box::new((0..8).map(|i| {
+            std::thread::sleep(Duration::from_millis(50));
+            Ok((0..100)
+                .map(|j| ((i * 100 + j) as f32 * 0.03).sin() * 0.4)
+                .collect::<Vec<f32>>()
+                .into())
+        })))
+    }
+}
 
 fn req() -> serde_json::Value {
     json!({"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"})
@@ -56,16 +109,24 @@ async fn fill(s: &TestServer) -> Vec<tokio::task::JoinHandle<u16>> {
             })
         })
         .collect();
+    holds(s, ADMITTED).await;
+    tasks
+}
+
+/// Waits until the server holds `n` requests (queued or running; a request stops counting
+/// once its job, and so its place in the queue, is gone, which may be a moment after its
+/// client has read the whole answer).
+async fn holds(s: &TestServer, n: usize) {
     let t0 = Instant::now();
     loop {
         let held =
             metric(s, "chatterbox_queue_depth").await + metric(s, "chatterbox_jobs_running").await;
-        if held as usize == ADMITTED {
-            return tasks;
+        if held as usize == n {
+            return;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(10),
-            "the server holds {held} requests, not {ADMITTED}"
+            "the server holds {held} requests, not {n}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -84,10 +145,12 @@ async fn refused(s: &TestServer) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_says_how_long_it_needs_and_refusals_are_counted() {
-    let fake = Fake::new(8, 100, Duration::from_millis(50));
+    let gated = Gated {
+        open: Arc::new(AtomicBool::new(false)),
+    };
     let mut config = ServerConfig::default();
     config.queue_capacity = ADMITTED - 1;
-    let s = TestServer::start(config, vec![fake.device()]).await;
+    let s = TestServer::start(config, vec![gated.device()]).await;
     let refusals = "chatterbox_requests_refused_total{reason=\"queue_full\"}";
     assert_eq!(metric(&s, refusals).await, 0.0);
 
@@ -97,6 +160,7 @@ async fn a_full_queue_says_how_long_it_needs_and_refusals_are_counted() {
     for _ in 0..3 {
         assert_eq!(refused(&s).await, 1);
     }
+    gated.set(true);
     for t in first {
         assert_eq!(t.await.unwrap(), 200);
     }
@@ -105,9 +169,12 @@ async fn a_full_queue_says_how_long_it_needs_and_refusals_are_counted() {
 
     // the server has seen its pace (about 8 requests in `drained` seconds): a full queue
     // again needs about as long, rounded up
+    holds(&s, 0).await;
+    gated.set(false);
     let second = fill(&s).await;
     let retry_after = refused(&s).await;
     let refused_at = Instant::now();
+    gated.set(true);
     println!(
         "8 requests drained in {drained:.2} s; a full queue answers Retry-After: {retry_after}"
     );
