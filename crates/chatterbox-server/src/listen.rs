@@ -11,6 +11,7 @@
 //! refused connection. Once every connection that was open has finished (or the drain deadline
 //! has passed) the listener is closed.
 use crate::error::ApiError;
+use crate::refusal::Refusal;
 use axum::response::IntoResponse;
 use axum::Router;
 use hyper::server::conn::http1;
@@ -162,6 +163,8 @@ impl Refusals {
             tracing::warn!(
                 limit,
                 refused = self.since_warning,
+                reason = Refusal::TooManyConnections.name(),
+                retry_after = ApiError::too_many_connections().retry_after,
                 "connection limit reached: refusing connections with 503"
             );
             self.since_warning = 0;
