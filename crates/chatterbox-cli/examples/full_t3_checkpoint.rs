@@ -1,0 +1,140 @@
+//! A Turbo checkpoint folder whose T3 is full size with random weights (N(0, 0.02) matrices,
+//! the real key names and shapes) and whose other parts are the pipeline's tiny test models:
+//! what `chatterbox quantize` and the load time and memory of `chatterbox speak` are measured
+//! on in docs/benchmarks.md (T3 is what quantizing changes), without Python or a download.
+//!
+//! `cargo run -p chatterbox-cli --example full_t3_checkpoint -- OUT_DIR`
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+type R<T> = anyhow::Result<T>;
+
+/// Turbo's T3 hyper-parameters (`T3Config::turbo()`: GPT-2 medium, the real vocabularies).
+const WIDTH: usize = 1024;
+const LAYERS: usize = 24;
+const POSITIONS: usize = 8196;
+const TEXT_VOCAB: usize = 50276;
+const SPEECH_VOCAB: usize = 6563;
+const SPEAKER: usize = 256;
+
+/// `(key, shape)` of every tensor Turbo's T3 reads (`text_head` and `wte`, never read, are
+/// left out).
+fn tensor_shapes() -> Vec<(String, Vec<usize>)> {
+    let c = WIDTH;
+    let mut v = vec![("tfmr.wpe.weight".to_string(), vec![POSITIONS, c])];
+    for n in 0..LAYERS {
+        let p = format!("tfmr.h.{n}");
+        for ln in ["ln_1", "ln_2"] {
+            v.push((format!("{p}.{ln}.weight"), vec![c]));
+            v.push((format!("{p}.{ln}.bias"), vec![c]));
+        }
+        for (w, i, o) in [
+            ("attn.c_attn", c, 3 * c),
+            ("attn.c_proj", c, c),
+            ("mlp.c_fc", c, 4 * c),
+            ("mlp.c_proj", 4 * c, c),
+        ] {
+            v.push((format!("{p}.{w}.weight"), vec![i, o]));
+            v.push((format!("{p}.{w}.bias"), vec![o]));
+        }
+    }
+    for (k, s) in [
+        ("tfmr.ln_f.weight", vec![c]),
+        ("tfmr.ln_f.bias", vec![c]),
+        ("cond_enc.spkr_enc.weight", vec![c, SPEAKER]),
+        ("cond_enc.spkr_enc.bias", vec![c]),
+        ("text_emb.weight", vec![TEXT_VOCAB, c]),
+        ("speech_emb.weight", vec![SPEECH_VOCAB, c]),
+        ("speech_head.weight", vec![SPEECH_VOCAB, c]),
+        ("speech_head.bias", vec![SPEECH_VOCAB]),
+    ] {
+        v.push((k.to_string(), s));
+    }
+    v
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
+}
+
+fn main() -> R<()> {
+    let out = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow::anyhow!("usage: full_t3_checkpoint OUT_DIR"))?;
+    std::fs::create_dir_all(&out)?;
+    let mut t3 = HashMap::new();
+    for (k, s) in tensor_shapes() {
+        let t = if s.len() == 1 && k.ends_with("weight") {
+            Tensor::ones(s, DType::F32, &Device::Cpu)?
+        } else if s.len() == 1 {
+            Tensor::zeros(s, DType::F32, &Device::Cpu)?
+        } else {
+            Tensor::randn(0f32, 0.02, s, &Device::Cpu)?
+        };
+        t3.insert(k, t);
+    }
+    candle_core::safetensors::save(&t3, out.join("t3_turbo_v1.safetensors"))?;
+    drop(t3);
+
+    // the pipeline fixtures' Turbo VoiceEncoder and S3Gen (the English flow plus Turbo's
+    // meanflow tensors), its tokenizer and config with the full-size T3's hyper-parameters
+    let load = |case: &str| {
+        candle_core::safetensors::load(
+            fixtures().join(format!("pipeline/{case}.safetensors")),
+            &Device::Cpu,
+        )
+    };
+    let (en, tu) = (load("english")?, load("turbo")?);
+    let part = |t: &HashMap<String, Tensor>, prefix: &str| -> HashMap<String, Tensor> {
+        t.iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+            .collect()
+    };
+    candle_core::safetensors::save(&part(&tu, "ve."), out.join("ve.safetensors"))?;
+    let mut s3 = part(&en, "s3gen.");
+    s3.extend(part(&tu, "s3gen."));
+    candle_core::safetensors::save(&s3, out.join("s3gen_meanflow.safetensors"))?;
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixtures().join("text/assets/turbo").join(f), out.join(f))?;
+    }
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("pipeline/turbo.json"),
+    )?)?;
+    let mut cfg = fx["config"]["chatterbox"].clone();
+    let t = &mut cfg["t3"];
+    for (k, v) in [
+        ("n_embd", WIDTH),
+        ("hidden_size", WIDTH),
+        ("n_head", WIDTH / 64),
+        ("n_layer", LAYERS),
+        ("n_positions", POSITIONS),
+        ("n_ctx", POSITIONS),
+        ("vocab_size", TEXT_VOCAB),
+    ] {
+        t["backbone"][k] = v.into();
+    }
+    t["text_tokens_dict_size"] = TEXT_VOCAB.into();
+    t["max_text_tokens"] = 2048.into();
+    t["max_speech_tokens"] = 4096.into();
+    t["llama_config_name"] = "GPT2_medium".into();
+    std::fs::write(
+        out.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&cfg)?,
+    )?;
+    // a 6 s voice clip (Turbo needs more than 5 s): the English case's reference, repeated
+    let clip = en
+        .get("in.ref_24k")
+        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    chatterbox_dsp::audio::write_wav(
+        out.join("voice.wav"),
+        &chatterbox_dsp::Audio::new(clip.repeat(6), 24_000),
+        chatterbox_dsp::WavFormat::Float32,
+    )?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
