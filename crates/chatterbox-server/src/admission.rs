@@ -4,7 +4,7 @@
 //! A request holds a [`Slot`] from its admission until it is finished or dropped.
 use crate::queue_wait::{self, Throughput};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 struct State {
@@ -34,6 +34,12 @@ impl Admission {
     #[cfg(test)]
     fn admitted(&self) -> usize {
         self.with(|s| s.admitted)
+    }
+
+    /// How long the requests admitted now need at the measured pace (unrounded, unclamped);
+    /// `None` before anything has been measured.
+    pub(crate) fn expected_wait(&self) -> Option<Duration> {
+        self.with(|s| s.throughput.expected_wait(s.admitted))
     }
 
     /// The queue's expected wait now as `Retry-After` seconds, `floor` at least (and the
@@ -84,7 +90,6 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn slots_are_bounded_and_a_refusal_reports_the_measured_wait() {
@@ -105,6 +110,8 @@ mod tests {
         let r = Slot::try_take(&a, 40, 1).unwrap_err().retry_after;
         assert!((6..=12).contains(&r), "{r}");
         assert_eq!(a.retry_after(1), r);
+        let wait = a.expected_wait().unwrap().as_secs_f64();
+        assert!(wait > 5.0 && wait <= r as f64, "{wait}");
         drop(slots);
         assert_eq!(a.admitted(), 0);
     }

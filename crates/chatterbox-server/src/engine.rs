@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// Loads a device's models, on that device's worker thread.
 pub type Loader = Box<dyn FnOnce() -> Result<Vec<Box<dyn SpeechModel>>, ModelError> + Send>;
@@ -305,6 +306,15 @@ impl Engine {
     /// Jobs admitted and not yet started.
     pub fn queue_depth(&self) -> usize {
         self.shared.queues.values().map(|q| q.rx.len()).sum()
+    }
+
+    /// Per model served, how long the requests admitted for it need at the pace measured
+    /// (what a 429's `Retry-After` is made from); models not measured yet are left out.
+    pub(crate) fn expected_waits(&self) -> Vec<(ModelId, Duration)> {
+        self.models()
+            .into_iter()
+            .filter_map(|m| Some((m, self.shared.queues.get(&m)?.admission.expected_wait()?)))
+            .collect()
     }
 
     /// Jobs being worked on.

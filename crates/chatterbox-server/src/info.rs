@@ -72,6 +72,12 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
     let gauges = Gauges {
         queue_depth: app.engine.queue_depth(),
         running: app.engine.running(),
+        expected_waits: app
+            .engine
+            .expected_waits()
+            .into_iter()
+            .map(|(m, d)| (m.name(), d.as_secs_f64()))
+            .collect(),
         resident_bytes: chatterbox_pipeline::resident_memory_bytes(),
         devices: app.engine.device_memory(),
         workers: app

@@ -1,7 +1,8 @@
 //! Prometheus metrics in the text exposition format: requests by status, requests refused
-//! by reason, speech latency and time-to-first-audio histograms, audio and generation seconds (their ratio is the real-time
-//! factor), speech cut at the token cap, queue depth, jobs running, each worker's health and
-//! the jobs that panicked, the process's resident memory and each GPU's memory.
+//! by reason, speech latency and time-to-first-audio histograms, audio and generation
+//! seconds (their ratio is the real-time factor), speech cut at the token cap, queue depth,
+//! each model's queue's expected wait, jobs running, each worker's health and the jobs that
+//! panicked, the process's resident memory and each GPU's memory.
 use crate::refusal::Refusal;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -61,6 +62,9 @@ pub(crate) struct Gauges {
     pub queue_depth: usize,
     /// Requests being generated.
     pub running: usize,
+    /// Per model (its API name), how long the requests admitted for it need at the pace
+    /// measured, in seconds; models not measured yet are left out.
+    pub expected_waits: Vec<(&'static str, f64)>,
     /// The process's resident set, when the platform tells.
     pub resident_bytes: Option<u64>,
     /// Used and total memory of the devices that report it, by label.
@@ -197,6 +201,21 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
+            "# HELP chatterbox_queue_expected_wait_seconds How long the requests admitted for a \
+             model (waiting and being generated) need at the pace its requests have been leaving; \
+             a 429's Retry-After is this rounded up, at least the configured value (1 s) and at \
+             most 60 s (absent before any request has left).\n\
+             # TYPE chatterbox_queue_expected_wait_seconds gauge"
+        );
+        for (model, secs) in &g.expected_waits {
+            let _ = writeln!(
+                out,
+                "chatterbox_queue_expected_wait_seconds{{model=\"{}\"}} {secs}",
+                escape(model)
+            );
+        }
+        let _ = writeln!(
+            out,
             "# HELP chatterbox_worker_healthy Whether a device worker serves its models (0: its \
              device failed, or its models did not load; chatterbox_worker_fault_info says why).\n\
              # TYPE chatterbox_worker_healthy gauge"
@@ -289,6 +308,7 @@ mod tests {
         let t = m.render(&Gauges {
             queue_depth: 3,
             running: 1,
+            expected_waits: vec![("chatterbox-turbo", 5.5)],
             resident_bytes: Some(123_456),
             devices: vec![(
                 "cuda:0".into(),
@@ -317,6 +337,13 @@ mod tests {
         assert_eq!(t.matches("chatterbox_requests_refused_total{").count(), 5);
         assert!(t.contains("chatterbox_audio_seconds_total 1.5"));
         assert!(t.contains("chatterbox_jobs_running 1\n"));
+        assert!(t.contains(
+            "\nchatterbox_queue_expected_wait_seconds{model=\"chatterbox-turbo\"} 5.5\n"
+        ));
+        assert_eq!(
+            t.matches("chatterbox_queue_expected_wait_seconds{").count(),
+            1
+        );
         assert!(t.contains("process_resident_memory_bytes 123456\n"));
         assert!(t.contains("chatterbox_device_memory_used_bytes{device=\"cuda:0\"} 5\n"));
         assert!(t.contains("chatterbox_device_memory_total_bytes{device=\"cuda:0\"} 80\n"));

@@ -22,6 +22,9 @@ use support::{expect_error, speech, TestServer};
 /// Requests admitted at once: the one worker's and the queue's.
 const ADMITTED: usize = 8;
 
+/// The queue's expected wait in `/metrics`.
+const WAIT: &str = "chatterbox_queue_expected_wait_seconds{model=\"chatterbox\"}";
+
 /// A model that speaks 8 chunks of 100 samples, 50 ms each, once its gate is open.
 #[derive(Clone)]
 struct Gated {
@@ -74,8 +77,8 @@ fn req() -> serde_json::Value {
     json!({"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"})
 }
 
-/// A metric's value in `/metrics` (the whole name with its labels).
-async fn metric(s: &TestServer, name: &str) -> f64 {
+/// A metric's value in `/metrics` (the whole name with its labels), if it is there.
+async fn metric_if_any(s: &TestServer, name: &str) -> Option<f64> {
     let text = reqwest::get(s.url("/metrics"))
         .await
         .unwrap()
@@ -84,9 +87,14 @@ async fn metric(s: &TestServer, name: &str) -> f64 {
         .unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
-        .parse()
-        .unwrap()
+        .map(|v| v.parse().unwrap())
+}
+
+/// A metric's value in `/metrics` (the whole name with its labels).
+async fn metric(s: &TestServer, name: &str) -> f64 {
+    metric_if_any(s, name)
+        .await
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }
 
 /// Starts `ADMITTED` whole-file requests and waits until the server holds all of them
@@ -160,6 +168,11 @@ async fn a_full_queue_says_how_long_it_needs_and_refusals_are_counted() {
     for _ in 0..3 {
         assert_eq!(refused(&s).await, 1);
     }
+    assert_eq!(
+        metric_if_any(&s, WAIT).await,
+        None,
+        "nothing has been measured"
+    );
     gated.set(true);
     for t in first {
         assert_eq!(t.await.unwrap(), 200);
@@ -174,6 +187,9 @@ async fn a_full_queue_says_how_long_it_needs_and_refusals_are_counted() {
     let second = fill(&s).await;
     let retry_after = refused(&s).await;
     let refused_at = Instant::now();
+    // what the 429 was made from (nothing has left since: the same)
+    let wait = metric(&s, WAIT).await;
+    assert_eq!(wait.ceil() as u64, retry_after, "{wait}");
     gated.set(true);
     println!(
         "8 requests drained in {drained:.2} s; a full queue answers Retry-After: {retry_after}"
