@@ -2,7 +2,7 @@
 //! Every cheap check (devices compiled in, checkpoint files present, options) runs before
 //! anything is bound; then one worker per `--device` loads its copy of every `--model` in the
 //! background, the address is printed once bound, and SIGINT/SIGTERM stop it gracefully.
-use crate::args::{Model, ModelSpec, ServeArgs};
+use crate::args::{Model, ModelSpec, QuantizeArg, ServeArgs};
 use crate::source::Source;
 use crate::speak::{self, Tts};
 use crate::{device, preflight};
@@ -263,6 +263,8 @@ struct Load {
     dtype: DType,
     /// The storage of T3's weights (`--quantize`).
     format: WeightFormat,
+    /// `--quantize` as given (checked against a quantized checkpoint's stored format).
+    quantize: QuantizeArg,
     /// Perth's checkpoint (`None`: no watermark).
     perth: Option<std::path::PathBuf>,
     /// Continuous batching per model.
@@ -276,6 +278,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
         mtl,
         dtype,
         format,
+        quantize,
         perth,
         batching,
     } = load;
@@ -291,6 +294,7 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
                 let _one_download = matches!(p.src, Source::Hub(_))
                     .then(|| HUB.lock().unwrap_or_else(PoisonError::into_inner));
                 speak::load(p.model, &mtl, &p.src, None, &dev, dtype).and_then(|tts| {
+                    speak::check_stored_format(quantize, tts.t3_format())?;
                     Ok(tts
                         .with_t3_format(format)?
                         .with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?))
@@ -362,6 +366,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 mtl: mtl.clone(),
                 dtype,
                 format: speak::t3_format(args.quantize, &d, dtype)?,
+                quantize: args.quantize,
                 perth: perth.clone(),
                 batching: batching(&args, &d),
             };
