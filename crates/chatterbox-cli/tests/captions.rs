@@ -2,75 +2,11 @@
 //! pipeline fixtures: SRT, WebVTT and JSON by extension, with and without `--stream`, the
 //! timings inside the audio and in order, every word once; a text's `[pause 500ms]` as half
 //! a second of exact silence in the file; `--lexicon` respelling words.
-use candle_core::{DType, Device, Tensor};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-type R<T> = anyhow::Result<T>;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
-}
-
-/// The english case's tiny checkpoint in the hub layout, and its reference clip.
-fn setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
-    let dir = tmp.join("ckpt");
-    std::fs::create_dir(&dir)?;
-    let t: HashMap<String, Tensor> = candle_core::safetensors::load(
-        fixtures().join("pipeline/english.safetensors"),
-        &Device::Cpu,
-    )?;
-    for (prefix, file) in [
-        ("t3.", "t3_cfg.safetensors"),
-        ("ve.", "ve.safetensors"),
-        ("s3gen.", "s3gen.safetensors"),
-    ] {
-        let part: HashMap<String, Tensor> = t
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-            .collect();
-        candle_core::safetensors::save(&part, dir.join(file))?;
-    }
-    std::fs::copy(
-        fixtures().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )?;
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        fixtures().join("pipeline/english.json"),
-    )?)?;
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&fx["config"]["chatterbox"])?,
-    )?;
-    let clip = t
-        .get("in.ref_24k")
-        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    let ref_wav = tmp.join("ref.wav");
-    chatterbox_dsp::audio::write_wav(
-        &ref_wav,
-        &chatterbox_dsp::Audio::new(clip, 24_000),
-        chatterbox_dsp::WavFormat::Float32,
-    )?;
-    Ok((dir, ref_wav))
-}
-
-fn chatterbox(args: &[&str]) -> R<Output> {
-    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(args)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()?)
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap_or_default()
-}
+use common::{chatterbox, english_setup, ok, p, speak_seeded, R};
+use std::path::Path;
+use std::process::Output;
 
 /// Seconds of `HH:MM:SS,mmm` (or `.mmm`).
 fn clock(s: &str) -> R<f64> {
@@ -99,39 +35,18 @@ fn cues(text: &str) -> R<Vec<(f64, f64, String)>> {
 #[test]
 fn captions_in_three_formats_with_and_without_stream() -> R<()> {
     let tmp = tempfile::tempdir()?;
-    let (dir, ref_wav) = setup(tmp.path())?;
+    let (dir, ref_wav) = english_setup(tmp.path())?;
     let text = "Hello there. [pause 500ms] How are you?";
     let want_words = ["Hello", "there.", "How", "are", "you?"];
     for stream in [false, true] {
         let tag = if stream { "stream" } else { "whole" };
         let wav = tmp.path().join(format!("{tag}.wav"));
         let json = tmp.path().join(format!("{tag}.json"));
-        let mut args = vec![
-            "speak",
-            text,
-            "--model-dir",
-            p(&dir),
-            "--device",
-            "cpu",
-            "--voice",
-            p(&ref_wav),
-            "--max-new-tokens",
-            "12",
-            "--seed",
-            "3",
-            "--quiet",
-            "--wav-format",
-            "f32",
-            "-o",
-            p(&wav),
-            "--captions",
-            p(&json),
-        ];
+        let mut extra = vec!["--wav-format", "f32", "--captions", p(&json)];
         if stream {
-            args.push("--stream");
+            extra.push("--stream");
         }
-        let o = chatterbox(&args)?;
-        anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ok(&speak_seeded(&dir, &ref_wav, text, &wav, &extra)?)?;
         let audio = chatterbox_dsp::audio::load(&wav)?.samples;
         let secs = audio.len() as f64 / 24_000.0;
         // the pause: 12000 exact zeros at least (S3Gen's 20 ms of leading silence joins it)
@@ -194,26 +109,13 @@ fn captions_in_three_formats_with_and_without_stream() -> R<()> {
         tmp.path().join("a.wav"),
     );
     for captions in [&srt, &vtt] {
-        let o = chatterbox(&[
-            "speak",
+        ok(&speak_seeded(
+            &dir,
+            &ref_wav,
             text,
-            "--model-dir",
-            p(&dir),
-            "--device",
-            "cpu",
-            "--voice",
-            p(&ref_wav),
-            "--max-new-tokens",
-            "12",
-            "--seed",
-            "3",
-            "--quiet",
-            "-o",
-            p(&wav),
-            "--captions",
-            p(captions),
-        ])?;
-        anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            &wav,
+            &["--captions", p(captions)],
+        )?)?;
     }
     let srt_text = std::fs::read_to_string(&srt)?;
     let vtt_text = std::fs::read_to_string(&vtt)?;
@@ -254,31 +156,12 @@ fn a_captions_file_of_unknown_format_is_refused_before_loading() -> R<()> {
 #[test]
 fn a_lexicon_respells_words_and_a_bad_one_is_refused_before_loading() -> R<()> {
     let tmp = tempfile::tempdir()?;
-    let (dir, ref_wav) = setup(tmp.path())?;
+    let (dir, ref_wav) = english_setup(tmp.path())?;
     let lexicon = tmp.path().join("lexicon.txt");
     std::fs::write(&lexicon, "# test\ngif = jif\n")?;
     let speak = |text: &str, out: &Path, extra: &[&str]| -> R<Output> {
-        let mut args = vec![
-            "speak",
-            text,
-            "--model-dir",
-            p(&dir),
-            "--device",
-            "cpu",
-            "--voice",
-            p(&ref_wav),
-            "--max-new-tokens",
-            "12",
-            "--seed",
-            "3",
-            "--quiet",
-            "--wav-format",
-            "f32",
-            "-o",
-            p(out),
-        ];
-        args.extend(extra);
-        chatterbox(&args)
+        let f32 = ["--wav-format", "f32"];
+        speak_seeded(&dir, &ref_wav, text, out, &[&f32[..], extra].concat())
     };
     let (a, b, json) = (
         tmp.path().join("a.wav"),
@@ -290,9 +173,9 @@ fn a_lexicon_respells_words_and_a_bad_one_is_refused_before_loading() -> R<()> {
         &a,
         &["--lexicon", p(&lexicon), "--captions", p(&json)],
     )?;
-    anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&o)?;
     let o = speak("A jif.", &b, &[])?;
-    anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&o)?;
     assert_eq!(
         chatterbox_dsp::audio::load(&a)?.samples,
         chatterbox_dsp::audio::load(&b)?.samples
@@ -313,7 +196,7 @@ fn a_lexicon_respells_words_and_a_bad_one_is_refused_before_loading() -> R<()> {
 #[test]
 fn serve_refuses_a_bad_lexicon_before_loading() -> R<()> {
     let tmp = tempfile::tempdir()?;
-    let (dir, _) = setup(tmp.path())?;
+    let (dir, _) = english_setup(tmp.path())?;
     let lexicon = tmp.path().join("names.txt");
     std::fs::write(&lexicon, "gif = jif\ngif = gift\n")?;
     let arg = format!("names={}", p(&lexicon));

@@ -1,17 +1,14 @@
 //! The `chatterbox` binary as a user runs it: help, and the errors a user can make, each a
 //! clear message and a non-zero exit before any expensive work.
+mod common;
+
+use common::p as s;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary with `args` (tests/common), its failure to start a failed test.
 fn chatterbox(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(args)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output();
-    match out {
+    match common::chatterbox(args) {
         Ok(o) => o,
         Err(e) => unreachable!("cannot run the chatterbox binary: {e}"),
     }
@@ -73,10 +70,6 @@ fn tempdir_with_tone(name: &str) -> (tempfile::TempDir, PathBuf) {
     let path = dir.path().join(name);
     write_tone(&path);
     (dir, path)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap_or_default()
 }
 
 #[test]

@@ -4,10 +4,10 @@
 //! commands; SIGTERM stops it with status 0.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 
-use candle_core::{Device, Tensor};
-use std::collections::HashMap;
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,64 +16,20 @@ use std::time::{Duration, Instant};
 /// request's time.
 const MAX_TOKENS: &str = "30";
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
-}
-
-fn english() -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(
-        fixtures().join("pipeline/english.safetensors"),
-        &Device::Cpu,
-    )
-    .unwrap()
-}
-
 /// The tiny English checkpoint in the hub layout, with the fixture's `conds.pt` as its
 /// built-in voice.
 fn checkpoint(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let t = english();
-    for (prefix, file) in [
-        ("t3.", "t3_cfg.safetensors"),
-        ("ve.", "ve.safetensors"),
-        ("s3gen.", "s3gen.safetensors"),
-    ] {
-        let part: HashMap<String, Tensor> = t
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-            .collect();
-        candle_core::safetensors::save(&part, dir.join(file)).unwrap();
-    }
+    common::write_english_checkpoint(&common::tensors("english").unwrap(), dir).unwrap();
     std::fs::copy(
-        fixtures().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
-    std::fs::copy(
-        fixtures().join("pipeline/english_conds.pt"),
+        common::fixtures().join("pipeline/english_conds.pt"),
         dir.join("conds.pt"),
-    )
-    .unwrap();
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("pipeline/english.json")).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        meta["config"]["chatterbox"].to_string(),
     )
     .unwrap();
 }
 
-/// The fixture's 24 kHz reference clip as a WAV file.
+/// The fixture's 24 kHz reference clip as a 16-bit WAV file.
 fn write_ref_clip(path: &Path) {
-    let samples = english()["in.ref_24k"]
-        .to_dtype(candle_core::DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
+    let samples = common::samples(&common::tensors("english").unwrap(), "in.ref_24k").unwrap();
     chatterbox_dsp::audio::write_wav(
         path,
         &chatterbox_dsp::Audio::new(samples, 24_000),

@@ -2,104 +2,24 @@
 //! fixtures: the file is the speed-1 file time-stretched (exactly `round(len / speed)` samples,
 //! the very samples of `chatterbox_dsp::time_stretch`), with and without `--stream`, the
 //! captions' times divided by the speed; a speed outside 0.25..=4 is refused before loading.
-use candle_core::{DType, Device, Tensor};
+mod common;
+
 use chatterbox_dsp::stretch::{stretched_len, time_stretch};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-type R<T> = anyhow::Result<T>;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
-}
-
-/// The english case's tiny checkpoint in the hub layout, and its reference clip.
-fn setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
-    let dir = tmp.join("ckpt");
-    std::fs::create_dir(&dir)?;
-    let t: HashMap<String, Tensor> = candle_core::safetensors::load(
-        fixtures().join("pipeline/english.safetensors"),
-        &Device::Cpu,
-    )?;
-    for (prefix, file) in [
-        ("t3.", "t3_cfg.safetensors"),
-        ("ve.", "ve.safetensors"),
-        ("s3gen.", "s3gen.safetensors"),
-    ] {
-        let part: HashMap<String, Tensor> = t
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-            .collect();
-        candle_core::safetensors::save(&part, dir.join(file))?;
-    }
-    std::fs::copy(
-        fixtures().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )?;
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        fixtures().join("pipeline/english.json"),
-    )?)?;
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&fx["config"]["chatterbox"])?,
-    )?;
-    let clip = t
-        .get("in.ref_24k")
-        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    let ref_wav = tmp.join("ref.wav");
-    chatterbox_dsp::audio::write_wav(
-        &ref_wav,
-        &chatterbox_dsp::Audio::new(clip, 24_000),
-        chatterbox_dsp::WavFormat::Float32,
-    )?;
-    Ok((dir, ref_wav))
-}
-
-fn chatterbox(args: &[&str]) -> R<Output> {
-    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(args)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()?)
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap_or_default()
-}
+use common::{chatterbox, english_setup, ok, p, speak_seeded, R};
+use std::path::Path;
 
 /// Speaks the test text into `wav` (32-bit float, so the samples are exact) and its captions
 /// into `json`, with `extra` options.
 fn speak(dir: &Path, ref_wav: &Path, wav: &Path, json: &Path, extra: &[&str]) -> R<Vec<f32>> {
-    let mut args = vec![
-        "speak",
-        "Hello there. [pause 300ms] How are you?",
-        "--model-dir",
-        p(dir),
-        "--device",
-        "cpu",
-        "--voice",
-        p(ref_wav),
-        "--max-new-tokens",
-        "12",
-        "--seed",
-        "3",
-        "--quiet",
-        "--wav-format",
-        "f32",
-        "-o",
-        p(wav),
-        "--captions",
-        p(json),
-    ];
-    args.extend_from_slice(extra);
-    let o = chatterbox(&args)?;
-    anyhow::ensure!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let captions = ["--wav-format", "f32", "--captions", p(json)];
+    let text = "Hello there. [pause 300ms] How are you?";
+    ok(&speak_seeded(
+        dir,
+        ref_wav,
+        text,
+        wav,
+        &[&captions[..], extra].concat(),
+    )?)?;
     Ok(chatterbox_dsp::audio::load(wav)?.samples)
 }
 
@@ -123,7 +43,7 @@ fn spans(json: &Path) -> R<Vec<(f64, f64)>> {
 #[test]
 fn speed_stretches_the_file_and_its_captions() -> R<()> {
     let tmp = tempfile::tempdir()?;
-    let (dir, ref_wav) = setup(tmp.path())?;
+    let (dir, ref_wav) = english_setup(tmp.path())?;
     for stream in [false, true] {
         let tag = if stream { "stream" } else { "whole" };
         let extra: &[&str] = if stream { &["--stream"] } else { &[] };

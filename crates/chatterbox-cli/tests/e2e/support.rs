@@ -1,47 +1,13 @@
-//! The tests' checkpoint directories, clips and runs of the `chatterbox` binary.
-use candle_core::{DType, Device, Tensor};
+//! The e2e tests' checkpoint directories and clips (the english checkpoint, the clips and the
+//! runs of the binary through tests/common), and what they check in the files written.
+pub use crate::common::{chatterbox, ok, p, write_wav, R};
+use crate::common::{
+    fixtures, samples, tensors, write_config, write_english_checkpoint, write_part,
+};
+use candle_core::Tensor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-pub type R<T> = anyhow::Result<T>;
-
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
-}
-
-pub fn tensors(case: &str) -> R<HashMap<String, Tensor>> {
-    let path = fixtures()
-        .join("pipeline")
-        .join(format!("{case}.safetensors"));
-    Ok(candle_core::safetensors::load(&path, &Device::Cpu)?)
-}
-
-pub fn samples(t: &HashMap<String, Tensor>, name: &str) -> R<Vec<f32>> {
-    let v = t
-        .get(name)
-        .ok_or_else(|| anyhow::anyhow!("fixture lacks {name}"))?;
-    Ok(v.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
-}
-
-/// The tensors under `prefix` (prefix removed) saved to `path`.
-pub fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) -> R<()> {
-    let part: HashMap<String, Tensor> = t
-        .iter()
-        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-        .collect();
-    anyhow::ensure!(!part.is_empty(), "no tensor under {prefix}");
-    Ok(candle_core::safetensors::save(&part, path)?)
-}
-
-pub fn write_wav(path: &Path, samples: Vec<f32>, sample_rate: u32) -> R<()> {
-    let audio = chatterbox_dsp::Audio::new(samples, sample_rate);
-    Ok(chatterbox_dsp::audio::write_wav(
-        path,
-        &audio,
-        chatterbox_dsp::WavFormat::Float32,
-    )?)
-}
+use std::process::Output;
 
 /// The english case's tiny checkpoint in the hub layout, its reference clip and the vc case's
 /// source clip; the turbo case's checkpoint beside it.
@@ -57,22 +23,8 @@ pub struct Setup {
 pub fn setup() -> R<Setup> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("ckpt");
-    std::fs::create_dir(&dir)?;
     let t = tensors("english")?;
-    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"))?;
-    write_part(&t, "ve.", &dir.join("ve.safetensors"))?;
-    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"))?;
-    std::fs::copy(
-        fixtures().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )?;
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        fixtures().join("pipeline/english.json"),
-    )?)?;
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&fx["config"]["chatterbox"])?,
-    )?;
+    write_english_checkpoint(&t, &dir)?;
     let ref_wav = tmp.path().join("ref.wav");
     write_wav(&ref_wav, samples(&t, "in.ref_24k")?, 24_000)?;
     let vc = tensors("vc")?;
@@ -99,13 +51,7 @@ pub fn setup() -> R<Setup> {
             turbo_dir.join(f),
         )?;
     }
-    let tfx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        fixtures().join("pipeline/turbo.json"),
-    )?)?;
-    std::fs::write(
-        turbo_dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&tfx["config"]["chatterbox"])?,
-    )?;
+    write_config("turbo", &turbo_dir)?;
     Ok(Setup {
         _tmp: tmp,
         dir,
@@ -114,25 +60,6 @@ pub fn setup() -> R<Setup> {
         source_wav,
         vc_len,
     })
-}
-
-pub fn chatterbox(args: &[&str]) -> R<Output> {
-    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(args)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()?)
-}
-
-pub fn ok(o: &Output) -> R<()> {
-    anyhow::ensure!(
-        o.status.success(),
-        "chatterbox failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Ok(())
 }
 
 pub fn read(path: &Path) -> R<Vec<f32>> {
@@ -155,17 +82,7 @@ pub fn speak_args<'a>(
     voice: &'a Path,
     max_tokens: &'a str,
 ) -> Vec<&'a str> {
-    let dir = p(&s.dir);
-    let device = ["--device", "cpu", "--max-new-tokens", max_tokens];
-    [
-        &["speak", text, "--model-dir", dir, "--voice", p(voice)][..],
-        &device,
-    ]
-    .concat()
-}
-
-pub fn p(path: &Path) -> &str {
-    path.to_str().unwrap_or_default()
+    crate::common::speak_args(&s.dir, text, voice, max_tokens)
 }
 
 /// `chatterbox vc SOURCE --target TARGET` on the tiny checkpoint, writing `out`, with `extra`.

@@ -1,0 +1,137 @@
+//! Shared by the `chatterbox` binary's test programs (`cli.rs`, `captions.rs`, `speed.rs`,
+//! `serve.rs` and `e2e/`): the tiny random checkpoints of the committed pipeline fixtures in
+//! the hub layout, their clips as WAV files, and runs of the binary.
+// each test program uses a part of this module
+#![allow(dead_code)]
+
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub type R<T> = anyhow::Result<T>;
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
+}
+
+/// The tensors of the pipeline fixture `case` (`english`, `turbo`, `vc`).
+pub fn tensors(case: &str) -> R<HashMap<String, Tensor>> {
+    let path = fixtures()
+        .join("pipeline")
+        .join(format!("{case}.safetensors"));
+    Ok(candle_core::safetensors::load(&path, &Device::Cpu)?)
+}
+
+pub fn samples(t: &HashMap<String, Tensor>, name: &str) -> R<Vec<f32>> {
+    let v = t
+        .get(name)
+        .ok_or_else(|| anyhow::anyhow!("fixture lacks {name}"))?;
+    Ok(v.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// The tensors under `prefix` (prefix removed) saved to `path`.
+pub fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) -> R<()> {
+    let part: HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
+        .collect();
+    anyhow::ensure!(!part.is_empty(), "no tensor under {prefix}");
+    Ok(candle_core::safetensors::save(&part, path)?)
+}
+
+/// The `config.chatterbox` of the fixture `case`'s JSON, as the checkpoint config in `dir`.
+pub fn write_config(case: &str, dir: &Path) -> R<()> {
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join(format!("pipeline/{case}.json")),
+    )?)?;
+    std::fs::write(
+        dir.join(chatterbox_pipeline::CONFIG_FILE),
+        serde_json::to_string(&fx["config"]["chatterbox"])?,
+    )?;
+    Ok(())
+}
+
+/// The english case's tiny checkpoint (its tensors `t`) in the hub layout in `dir`, created if
+/// missing: the T3, VoiceEncoder and S3Gen weights, the tokenizer and the config.
+pub fn write_english_checkpoint(t: &HashMap<String, Tensor>, dir: &Path) -> R<()> {
+    std::fs::create_dir_all(dir)?;
+    write_part(t, "t3.", &dir.join("t3_cfg.safetensors"))?;
+    write_part(t, "ve.", &dir.join("ve.safetensors"))?;
+    write_part(t, "s3gen.", &dir.join("s3gen.safetensors"))?;
+    std::fs::copy(
+        fixtures().join("text/assets/en/tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )?;
+    write_config("english", dir)
+}
+
+/// `samples` at `sample_rate` as a 32-bit float WAV file (the samples exactly).
+pub fn write_wav(path: &Path, samples: Vec<f32>, sample_rate: u32) -> R<()> {
+    let audio = chatterbox_dsp::Audio::new(samples, sample_rate);
+    Ok(chatterbox_dsp::audio::write_wav(
+        path,
+        &audio,
+        chatterbox_dsp::WavFormat::Float32,
+    )?)
+}
+
+/// The english case's tiny checkpoint as `tmp/ckpt` and its reference clip as `tmp/ref.wav`.
+pub fn english_setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
+    let t = tensors("english")?;
+    let dir = tmp.join("ckpt");
+    write_english_checkpoint(&t, &dir)?;
+    let ref_wav = tmp.join("ref.wav");
+    write_wav(&ref_wav, samples(&t, "in.ref_24k")?, 24_000)?;
+    Ok((dir, ref_wav))
+}
+
+/// The `chatterbox` binary with `args`, without a watermark, with no model folder or log
+/// filter from the environment and nothing on stdin.
+pub fn chatterbox(args: &[&str]) -> R<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
+        .env("CHATTERBOX_NO_WATERMARK", "1")
+        .args(args)
+        .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()?)
+}
+
+pub fn ok(o: &Output) -> R<()> {
+    anyhow::ensure!(
+        o.status.success(),
+        "chatterbox failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(())
+}
+
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+/// `speak TEXT` with the tiny checkpoint `dir` and the voice clip `voice`, on the CPU,
+/// drawing at most `max_tokens` speech tokens: the start of most tests' command lines.
+pub fn speak_args<'a>(
+    dir: &'a Path,
+    text: &'a str,
+    voice: &'a Path,
+    max_tokens: &'a str,
+) -> Vec<&'a str> {
+    let device = ["--device", "cpu", "--max-new-tokens", max_tokens];
+    [
+        &["speak", text, "--model-dir", p(dir), "--voice", p(voice)][..],
+        &device,
+    ]
+    .concat()
+}
+
+/// `speak TEXT -o OUT` with the tiny checkpoint `dir` and the voice clip `voice`: 12 tokens,
+/// seed 3, quiet, then `extra`.
+pub fn speak_seeded(dir: &Path, voice: &Path, text: &str, out: &Path, extra: &[&str]) -> R<Output> {
+    let mut args = speak_args(dir, text, voice, "12");
+    args.extend(["--seed", "3", "--quiet", "-o", p(out)]);
+    args.extend_from_slice(extra);
+    chatterbox(&args)
+}
