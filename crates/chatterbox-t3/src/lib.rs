@@ -8,6 +8,7 @@ mod config;
 mod decode;
 mod error;
 mod generate;
+mod gguf_guard;
 mod graph;
 mod learned_pos_emb;
 mod quantized_checkpoint;

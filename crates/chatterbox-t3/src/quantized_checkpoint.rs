@@ -265,12 +265,16 @@ struct QuantizedFile {
 }
 
 /// Reads and checks `path`. candle's GGUF reader bounds every length by the file's size, but
-/// divides by the file's alignment unchecked (a zero is a panic): the read runs under
-/// `catch_unwind`, so a damaged file is an error here whatever it holds.
+/// divides by the file's alignment unchecked (a zero is a panic): that is checked first
+/// ([`crate::gguf_guard`]), and the read runs under `catch_unwind` besides, so a damaged file
+/// is an error here whatever it holds.
 fn read_file(path: &Path) -> Result<QuantizedFile> {
     let bad = |why: String| T3Error::QuantizedFile(format!("{}: {why}", path.display()));
     let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
     let mut r = BufReader::new(file);
+    if crate::gguf_guard::has_zero_alignment(&mut r) {
+        return Err(bad("damaged GGUF header (an alignment of 0)".into()));
+    }
     let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse(&mut r)));
     match parsed {
         Ok(Ok(f)) => Ok(f),
