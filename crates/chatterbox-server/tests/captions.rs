@@ -172,45 +172,26 @@ async fn check_server(s: &TestServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timestamps_and_captioned_speech() {
-    let dir = support::english_checkpoint("captions");
-    let s = TestServer::start(
-        config(),
-        vec![support::tiny_english_device(dir.path().to_path_buf())],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("captions", config(), 0).await;
     check_server(&s).await;
     s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timestamps_and_captioned_speech_batched() {
-    let dir = support::english_checkpoint("captions-batched");
-    let s = TestServer::start(
-        config(),
-        vec![support::tiny_english_device_batched(
-            dir.path().to_path_buf(),
-            4,
-            1,
-        )],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("captions-batched", config(), 4).await;
     check_server(&s).await;
     s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_names_a_lexicon() {
-    let dir = support::english_checkpoint("captions-lexicon");
     let mut c = config();
     c.lexicons.insert(
         "names".into(),
         std::sync::Arc::new(chatterbox_pipeline::Lexicon::parse("gif = hello there").unwrap()),
     );
-    let s = TestServer::start(
-        c,
-        vec![support::tiny_english_device(dir.path().to_path_buf())],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("captions-lexicon", c, 0).await;
     let body = |input: &str, lexicon: Option<&str>| {
         let mut b = req("pcm");
         b["input"] = json!(input);

@@ -124,28 +124,14 @@ async fn check_server(s: &TestServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn speed_stretches_files_streams_and_captions() {
-    let dir = support::english_checkpoint("speed");
-    let s = TestServer::start(
-        config(),
-        vec![support::tiny_english_device(dir.path().to_path_buf())],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("speed", config(), 0).await;
     check_server(&s).await;
     s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn speed_stretches_files_streams_and_captions_batched() {
-    let dir = support::english_checkpoint("speed-batched");
-    let s = TestServer::start(
-        config(),
-        vec![support::tiny_english_device_batched(
-            dir.path().to_path_buf(),
-            4,
-            1,
-        )],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("speed-batched", config(), 4).await;
     check_server(&s).await;
     s.stop().await;
 }

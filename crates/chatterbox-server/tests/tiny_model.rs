@@ -27,12 +27,7 @@ fn req(format: &str, voice: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_format_decodes_back() {
-    let dir = support::english_checkpoint("formats");
-    let s = TestServer::start(
-        config(None),
-        vec![support::tiny_english_device(dir.path().to_path_buf())],
-    )
-    .await;
+    let (_ckpt, s) = support::tiny_english_server("formats", config(None), 0).await;
     let wav = speech(&s, req("wav", "alloy")).await;
     assert_eq!(wav.status(), 200);
     let a = chatterbox_dsp::audio::decode(wav.bytes().await.unwrap().to_vec(), None).unwrap();

@@ -56,6 +56,22 @@ fn say(model: ModelId, voice: &str, input: &str) -> serde_json::Value {
     json!({"model": model.name(), "input": input, "voice": voice, "response_format": "pcm"})
 }
 
+/// Speaks `input` in `voice` under `model`, which must answer 200, and reads the answer whole.
+async fn speak(s: &TestServer, model: ModelId, voice: &str, input: &str) {
+    let r = speech(s, say(model, voice, input)).await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+}
+
+/// The streamed request `long` in the built-in voice under `model`, answered 200.
+async fn stream_long(s: &TestServer, model: ModelId) -> reqwest::Response {
+    let mut long = say(model, "alloy", "long");
+    long["stream_format"] = json!("audio");
+    let r = speech(s, long).await;
+    assert_eq!(r.status(), 200);
+    r
+}
+
 async fn json_of(r: reqwest::Response) -> serde_json::Value {
     serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
 }
@@ -107,6 +123,13 @@ fn assert_whole(dir: &Path, name: &str, clip: &chatterbox_dsp::Audio, models: &[
             "{m}: analysed from the same clip"
         );
     }
+}
+
+/// Asserts that `fake`'s last request spoke with the conditionals for `fake`'s model in the
+/// live version of voice `name` in the library `dir`.
+fn assert_spoke_with(fake: &StoreFake, dir: &Path, name: &str) {
+    let file = version(dir, name).join(format!("{}.safetensors", fake.id.name()));
+    assert_eq!(fake.last_voice.lock().unwrap().as_deref(), Some(&*file));
 }
 
 /// Copies a directory tree.
@@ -171,23 +194,17 @@ async fn a_voice_uploaded_under_one_model_set_speaks_under_another_after_a_resta
     let v = version(dir.path(), "amy");
     let turbo_file = v.join("chatterbox-turbo.safetensors");
     assert!(!turbo_file.exists());
-    let r = speech(&s, say(ModelId::Turbo, "amy", "hello")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::Turbo, "amy", "hello").await;
     assert_eq!(turbo.analyses(), 1, "derived on first use");
     assert_eq!(
         turbo.last_voice.lock().unwrap().as_deref(),
         Some(&*turbo_file)
     );
     // stored for the next time
-    let r = speech(&s, say(ModelId::Turbo, "amy", "again")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::Turbo, "amy", "again").await;
     assert_eq!(turbo.analyses(), 1, "not analysed twice");
     // a batching model derives it too
-    let r = speech(&s, say(ModelId::Multilingual, "amy", "hola")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::Multilingual, "amy", "hola").await;
     assert_eq!(mtl.analyses(), 1);
     assert_whole(
         dir.path(),
@@ -310,13 +327,8 @@ async fn a_kill_during_an_upload_leaves_the_old_voice_whole() {
     );
     let l = list(&s).await;
     assert_eq!(l["data"].as_array().unwrap().len(), 1);
-    let r = speech(&s, say(ModelId::English, "amy", "hello")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
-    assert_eq!(
-        english.last_voice.lock().unwrap().as_deref(),
-        Some(&*version(killed.path(), "amy").join("chatterbox.safetensors"))
-    );
+    speak(&s, ModelId::English, "amy", "hello").await;
+    assert_spoke_with(&english, killed.path(), "amy");
     s.stop().await;
 }
 
@@ -338,9 +350,7 @@ async fn reserved_names_are_refused_and_a_reupload_replaces() {
     // the rule is the server's mapping, which is exact: `Alloy` is a library voice
     let r = upload(&s, "Alloy", clip_wav(1.0, 200.0)).await;
     assert_eq!(r.status(), 201);
-    let r = speech(&s, say(ModelId::English, "Alloy", "hi")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::English, "Alloy", "hi").await;
     assert!(english.last_voice.lock().unwrap().is_some());
     // a re-upload replaces the voice, and says so
     let second = clip_wav(1.2, 250.0);
@@ -395,9 +405,7 @@ async fn the_flat_layout_is_still_read() {
     assert_eq!(l["data"][0]["id"], "old");
     assert_eq!(l["data"][0]["models"], json!(["chatterbox"]));
     assert_eq!(l["data"][0]["clip"], false);
-    let r = speech(&s, say(ModelId::English, "old", "hello")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::English, "old", "hello").await;
     assert_eq!(english.last_voice.lock().unwrap().as_deref(), Some(&*flat));
     // no clip: another model cannot derive it
     let e = expect_error(speech(&s, say(ModelId::Turbo, "old", "hello")).await, 404).await;
@@ -423,10 +431,7 @@ async fn an_upload_does_not_hold_up_speech_during_a_batch() {
     fake.step_delay = Duration::from_millis(50);
     fake.analysis_delay = Duration::from_millis(100);
     let s = TestServer::start(config(dir.path()), vec![fake.device()]).await;
-    let mut long = say(ModelId::English, "alloy", "long");
-    long["stream_format"] = json!("audio");
-    let mut a = speech(&s, long).await;
-    assert_eq!(a.status(), 200);
+    let mut a = stream_long(&s, ModelId::English).await;
     let first = a.chunk().await.unwrap();
     assert!(first.as_ref().is_some_and(|c| !c.is_empty()));
     let uploading = {
@@ -456,25 +461,20 @@ async fn an_upload_does_not_hold_up_speech_during_a_batch() {
         rest += c.len();
     }
     assert_eq!(rest, LONG_STEPS * 240 * 2, "the long request is whole");
-    let at = |e: &str| {
-        fake.at(e)
-            .unwrap_or_else(|| panic!("no {e} in {:?}", fake.log()))
-    };
     assert!(
-        at("analysed:chatterbox") < at("done:long"),
+        fake.at("analysed:chatterbox") < fake.at("done:long"),
         "{:?}",
         fake.log()
     );
-    assert!(at("analysing:chatterbox") < at("admitted:short"));
-    assert!(at("done:short") < at("done:long"), "{:?}", fake.log());
-    // and the voice speaks in the batch
-    let r = speech(&s, say(ModelId::English, "amy", "short")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
-    assert_eq!(
-        fake.last_voice.lock().unwrap().as_deref(),
-        Some(&*version(dir.path(), "amy").join("chatterbox.safetensors"))
+    assert!(fake.at("analysing:chatterbox") < fake.at("admitted:short"));
+    assert!(
+        fake.at("done:short") < fake.at("done:long"),
+        "{:?}",
+        fake.log()
     );
+    // and the voice speaks in the batch
+    speak(&s, ModelId::English, "amy", "short").await;
+    assert_spoke_with(&fake, dir.path(), "amy");
     s.stop().await;
 }
 
@@ -493,25 +493,16 @@ async fn a_batch_that_cannot_analyse_drains_first() {
     fake.batch_analyses = false;
     fake.step_delay = Duration::from_millis(20);
     let s = TestServer::start(config(dir.path()), vec![fake.device()]).await;
-    let mut long = say(ModelId::Turbo, "alloy", "long");
-    long["stream_format"] = json!("audio");
-    let mut a = speech(&s, long).await;
-    assert_eq!(a.status(), 200);
+    let mut a = stream_long(&s, ModelId::Turbo).await;
     a.chunk().await.unwrap();
-    let r = speech(&s, say(ModelId::Turbo, "amy", "short")).await;
-    assert_eq!(r.status(), 200);
-    r.bytes().await.unwrap();
+    speak(&s, ModelId::Turbo, "amy", "short").await;
     while a.chunk().await.unwrap().is_some() {}
-    let at = |e: &str| {
-        fake.at(e)
-            .unwrap_or_else(|| panic!("no {e} in {:?}", fake.log()))
-    };
     assert!(
-        at("done:long") < at("analysing:chatterbox-turbo"),
+        fake.at("done:long") < fake.at("analysing:chatterbox-turbo"),
         "{:?}",
         fake.log()
     );
-    assert!(at("analysed:chatterbox-turbo") < at("done:short"));
+    assert!(fake.at("analysed:chatterbox-turbo") < fake.at("done:short"));
     assert!(version(dir.path(), "amy")
         .join("chatterbox-turbo.safetensors")
         .is_file());

@@ -251,6 +251,19 @@ pub fn english_checkpoint(name: &str) -> tempfile::TempDir {
     guard
 }
 
+/// A server with `config` on a fresh tiny english checkpoint (named `name`; the guard keeps it
+/// while the server runs), speaking up to `slots` requests at once (0: one at a time, as
+/// [`tiny_english_device`]).
+pub async fn tiny_english_server(
+    name: &str,
+    config: ServerConfig,
+    slots: usize,
+) -> (tempfile::TempDir, TestServer) {
+    let dir = english_checkpoint(name);
+    let device = tiny_english_device_batched(dir.path().to_path_buf(), slots, 1);
+    (dir, TestServer::start(config, vec![device]).await)
+}
+
 /// A device with the tiny english model, loaded on its worker thread.
 pub fn tiny_english_device(dir: PathBuf) -> DeviceModels {
     tiny_english_device_batched(dir, 0, 1)

@@ -117,9 +117,12 @@ impl StoreFake {
         self.log.lock().unwrap().clone()
     }
 
-    /// Where `entry` is in the log.
-    pub fn at(&self, entry: &str) -> Option<usize> {
-        self.log().iter().position(|e| e == entry)
+    /// Where `entry` is in the log; a failing test (with the log) when it is not there.
+    pub fn at(&self, entry: &str) -> usize {
+        let log = self.log();
+        log.iter()
+            .position(|e| e == entry)
+            .unwrap_or_else(|| panic!("no {entry} in {log:?}"))
     }
 
     /// Analyses done.
