@@ -267,6 +267,13 @@ fn bad_inputs_are_clear_errors_that_leave_no_folder() -> R<()> {
         stderr(&o)
     );
     assert_eq!(names(&out)?, ["keep.txt"]);
+    // no folder to write it in
+    let o = quantize(&s.dir, "bf16", &root.join("no/such/out"))?;
+    anyhow::ensure!(
+        o.status.code() == Some(1) && stderr(&o).contains("parent folder does not exist"),
+        "{}",
+        stderr(&o)
+    );
     // no such input folder
     let o = quantize(&root.join("nowhere"), "bf16", &root.join("out2"))?;
     anyhow::ensure!(

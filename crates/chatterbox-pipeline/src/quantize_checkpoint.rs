@@ -85,6 +85,15 @@ pub fn write_quantized_checkpoint(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if !parent.is_dir() {
+        return Err(PipelineError::Io {
+            path: parent,
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the output's parent folder does not exist",
+            ),
+        });
+    }
     let out_name = out.file_name().ok_or_else(|| PipelineError::InvalidInput {
         what: "output directory",
         reason: format!("{} names no folder", out.display()),
