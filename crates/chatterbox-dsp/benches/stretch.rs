@@ -5,33 +5,11 @@
 //! the streamed output against the whole one. The reference has no speed control: no Python
 //! side. Records as JSON (`CHATTERBOX_BENCH_OUT`, else stdout); the quality table on stderr.
 use chatterbox_dsp::stretch::{stretched_len, time_stretch, TimeStretcher};
-use chatterbox_testkit::{black_box, time_it, BenchRecord};
+use chatterbox_testkit::{black_box, noisy_harmonics, time_it, BenchRecord};
 use realfft::RealFftPlanner;
 
 const SR: u32 = 24_000;
 const SPEEDS: [f32; 6] = [0.25, 0.5, 0.8, 1.5, 2.0, 4.0];
-
-/// A deterministic speech-like test signal (a gliding 90-150 Hz voice with 10 harmonics,
-/// syllable-rate amplitude modulation, a little noise), as the dsp bench's.
-fn speech_like(secs: f64) -> Vec<f32> {
-    let n = (f64::from(SR) * secs).round() as usize;
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(SR);
-            let f0 = 120.0 + 30.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin();
-            let mut v = 0.0;
-            for h in 1..=10 {
-                v += (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64;
-            }
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let noise = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-            (0.2 * v * (0.55 + 0.45 * (8.0 * std::f64::consts::PI * t).sin()) + 0.01 * noise) as f32
-        })
-        .collect()
-}
 
 /// `secs` of a steady tone of `f0` Hz with `harmonics` harmonics of amplitude 1/h.
 fn harmonic(f0: f64, harmonics: usize, secs: f64) -> Vec<f32> {
@@ -93,7 +71,7 @@ fn quality(speed: f32) -> anyhow::Result<String> {
         let got = dominant_hz(&y)?;
         cells.push(format!("{got:.2} Hz ({:+.3} %)", 100.0 * (got - f0) / f0));
     }
-    let x = speech_like(10.0);
+    let x = noisy_harmonics(SR, 10.0);
     let whole = time_stretch(&x, SR, speed)?;
     let exact = x.len() as f64 / f64::from(speed);
     let len_err = 100.0 * (whole.len() as f64 - exact) / exact;
@@ -137,7 +115,7 @@ fn main() -> anyhow::Result<()> {
         );
         records.push(r);
     };
-    let x = speech_like(10.0);
+    let x = noisy_harmonics(SR, 10.0);
     for speed in SPEEDS {
         push(
             format!("stretch_x{speed}"),
