@@ -9,6 +9,7 @@ mod bench;
 mod checkpoint;
 mod openai;
 mod parity;
+mod pyenv;
 mod python;
 mod targets;
 mod venv;

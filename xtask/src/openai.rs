@@ -3,6 +3,7 @@
 //! committed fixtures, on 127.0.0.1 and an ephemeral port: `xtask/openai_client.py` checks
 //! whole files, streams, SSE (timestamps included), `speed`, a library voice and the errors the
 //! client raises.
+use crate::pyenv::{pinned_venv, run_cmd, target_dir};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader};
@@ -27,58 +28,11 @@ pub struct OpenaiClientArgs {
     openai_version: String,
 }
 
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => crate::root().join("target"),
-    }
-}
-
-fn run_cmd(cmd: &mut Command) -> Result<()> {
-    eprintln!("+ {cmd:?}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {cmd:?}"))?;
-    ensure!(status.success(), "{cmd:?} failed with {status}");
-    Ok(())
-}
-
-fn host_python() -> Result<&'static str> {
-    for candidate in ["python3", "python3.12", "python3.11", "python"] {
-        if Command::new(candidate)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Ok(candidate);
-        }
-    }
-    bail!("no python3 on PATH: the openai client check needs Python 3.9 or later")
-}
-
-/// `target/openai-venv` with `openai==version` (a stamp file skips reinstalling).
+/// `target/openai-venv` with `openai==version`.
 fn venv(version: &str) -> Result<PathBuf> {
-    let dir = target_dir().join("openai-venv");
-    let python = dir.join("bin/python");
-    let stamp = dir.join("chatterbox-stamp");
-    let want = format!("openai=={version}\n");
-    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&want) {
-        return Ok(python);
-    }
-    eprintln!(
-        "building {} with openai=={version} (a few MB from PyPI; later runs reuse it)",
-        dir.display()
-    );
-    if !python.exists() {
-        run_cmd(Command::new(host_python()?).args(["-m", "venv"]).arg(&dir))?;
-    }
-    run_cmd(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-            .arg(format!("openai=={version}")),
-    )?;
-    std::fs::write(&stamp, want).with_context(|| format!("cannot write {}", stamp.display()))?;
-    Ok(python)
+    let openai = format!("openai=={version}");
+    let needs = "the openai client check";
+    pinned_venv("openai-venv", &[&openai], ": a few MB", needs)
 }
 
 /// The tensors of `src` (a safetensors file) under `prefix`, prefix removed, written to `dst`.

@@ -5,7 +5,8 @@
 //! tests run with pytest (crates/chatterbox-python/tests: equality with the `chatterbox`
 //! command, streams, threads, errors, the reference's API surface and its example scripts on
 //! tiny random checkpoints laid out in a Hugging Face cache).
-use anyhow::{bail, ensure, Context, Result};
+use crate::pyenv::{pinned_venv, run_cmd, target_dir};
+use anyhow::{ensure, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -36,70 +37,18 @@ pub struct PythonArgs {
     pytest: Vec<String>,
 }
 
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => crate::root().join("target"),
-    }
-}
-
-fn run_cmd(cmd: &mut Command) -> Result<()> {
-    eprintln!("+ {cmd:?}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {cmd:?}"))?;
-    ensure!(status.success(), "{cmd:?} failed with {status}");
-    Ok(())
-}
-
-fn host_python() -> Result<&'static str> {
-    for candidate in ["python3", "python3.12", "python3.11", "python"] {
-        if Command::new(candidate)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Ok(candidate);
-        }
-    }
-    bail!("no python3 on PATH: the Python package needs Python 3.9 or later")
-}
-
-/// target/python-venv with the pinned packages (a stamp file skips reinstalling).
+/// target/python-venv with the pinned packages.
 fn venv(torch: bool) -> Result<PathBuf> {
-    let dir = target_dir().join("python-venv");
-    let python = dir.join("bin/python");
-    let stamp = dir.join("chatterbox-stamp");
     let mut want: Vec<&str> = BASE.to_vec();
     if torch {
         want.extend_from_slice(TORCH);
     }
-    let text = want.join("\n") + "\n";
-    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&text) {
-        return Ok(python);
-    }
-    eprintln!(
-        "building {} with {} (from PyPI{}; later runs reuse it)",
-        dir.display(),
-        want.join(" "),
-        if torch {
-            ": torch brings about 2.7 GB of nvidia-* wheels, 6 GB on disk"
-        } else {
-            ""
-        }
-    );
-    if !python.exists() {
-        run_cmd(Command::new(host_python()?).args(["-m", "venv"]).arg(&dir))?;
-    }
-    let t0 = Instant::now();
-    run_cmd(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-            .args(&want),
-    )?;
-    eprintln!("venv ready in {:.0} s", t0.elapsed().as_secs_f64());
-    std::fs::write(&stamp, text).with_context(|| format!("cannot write {}", stamp.display()))?;
-    Ok(python)
+    let size = if torch {
+        ": torch brings about 2.7 GB of nvidia-* wheels, 6 GB on disk"
+    } else {
+        ""
+    };
+    pinned_venv("python-venv", &want, size, "the Python package")
 }
 
 /// Builds the wheel with maturin into target/wheels and returns its path.
