@@ -5,6 +5,7 @@ import json
 import sys
 import time
 
+import numpy as np
 import torch
 
 
@@ -22,6 +23,19 @@ def bench_args(runs=None, device=None, device_help=None):
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     return a
+
+
+def speech_like(sr, seconds):
+    """chatterbox-testkit's `speech_like` (crates/chatterbox-testkit/src/signal.rs), the clip
+    the Rust benches prepare their voice from: gliding harmonics under a moving envelope (not
+    parity/common.py's `speech_like`, which adds a formant and noise)."""
+    n = int(sr * seconds)
+    t = np.arange(n) / sr
+    f0 = 120.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
+    phase = np.cumsum(2 * np.pi * f0 / sr)
+    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t)
+    y = sum(np.sin(phase * h) / h for h in range(1, 21))
+    return (0.2 * env * y).astype(np.float32)
 
 
 def time_it(f, warmup, min_iters, min_secs, sync=None):

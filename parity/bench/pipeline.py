@@ -20,24 +20,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from harness import bench_args  # noqa: E402
+from harness import bench_args, speech_like  # noqa: E402
 
 N_TOKENS = int(os.environ.get("CHATTERBOX_PIPELINE_TOKENS", "200"))
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the "
         "green forest where nobody can find it anymore.")
-
-
-def speech_like(sr, seconds):
-    """The Rust bench's clip: gliding harmonics under a moving envelope."""
-    n = int(sr * seconds)
-    t = np.arange(n) / sr
-    f0 = 120.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
-    phase = np.cumsum(2 * np.pi * f0 / sr)
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t)
-    y = sum(np.sin(phase * h) / h for h in range(1, 21))
-    return (0.2 * env * y).astype(np.float32)
 
 
 def timed(f):

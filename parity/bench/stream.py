@@ -33,9 +33,8 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from harness import bench_args  # noqa: E402
+from harness import bench_args, speech_like  # noqa: E402
 
 N_TOKENS = int(os.environ.get("CHATTERBOX_STREAM_TOKENS", "250"))
 # The Rust bench's TEXT: three sentences, 196 characters (one text chunk).
@@ -49,17 +48,6 @@ VARIANTS = {
     "turbo": ("CHATTERBOX_STREAM_CKPT_TURBO", "/tmp/chatterbox-bench-turbo", "t3_turbo_v1.safetensors",
               "inference_turbo", "max_gen_len"),
 }
-
-
-def speech_like(sr, seconds):
-    """The Rust bench's clip: gliding harmonics under a moving envelope."""
-    n = int(sr * seconds)
-    t = np.arange(n) / sr
-    f0 = 120.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
-    phase = np.cumsum(2 * np.pi * f0 / sr)
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t)
-    y = sum(np.sin(phase * h) / h for h in range(1, 21))
-    return (0.2 * env * y).astype(np.float32)
 
 
 class NoWatermark:

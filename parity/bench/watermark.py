@@ -6,23 +6,10 @@ polyphase when detecting) and at 32 kHz, as JSON lines. Run by `cargo xtask benc
 (parity/.venv).
 """
 
-import numpy as np
 import torch
 from perth.perth_net.perth_net_implicit.perth_watermarker import PerthImplicitWatermarker
 
-from harness import bench_args, time_it, write_record
-
-
-
-def speech_like(sr, seconds):
-    """chatterbox-testkit's `speech_like` (crates/chatterbox-testkit/src/signal.rs)."""
-    n = int(sr * seconds)
-    t = np.arange(n) / sr
-    f0 = 120.0 + 30.0 * np.sin(2 * np.pi * 0.7 * t)
-    phase = np.cumsum(2 * np.pi * f0 / sr)
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t)
-    y = sum(np.sin(phase * h) / h for h in range(1, 21))
-    return (0.2 * env * y).astype(np.float32)
+from harness import bench_args, speech_like, time_it, write_record
 
 
 def main():

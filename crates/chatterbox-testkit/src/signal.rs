@@ -3,7 +3,7 @@
 
 /// A speech-like clip: a glottal-like tone gliding around 120 Hz (20 harmonics falling as
 /// 1/h) under a 4 Hz syllable envelope, `seconds` long at `sr`. The benches prepare their
-/// voice from it (`parity/bench/pipeline.py`'s `speech_like` is the same clip).
+/// voice from it (`parity/bench/harness.py`'s `speech_like` is the same clip).
 pub fn speech_like(sr: u32, seconds: f64) -> Vec<f32> {
     let n = (f64::from(sr) * seconds) as usize;
     let mut phase = 0.0f64;
