@@ -7,7 +7,9 @@ use crate::source::{read_config, Source};
 use crate::speak::variant;
 use crate::{hub, preflight};
 use anyhow::{bail, Context, Result};
-use chatterbox_pipeline::{write_quantized_checkpoint, MultilingualT3, WeightFormat};
+use chatterbox_pipeline::{
+    partial_folder, write_quantized_checkpoint, MultilingualT3, WeightFormat,
+};
 
 /// Runs `chatterbox quantize`.
 pub fn run(args: QuantizeArgs) -> Result<()> {
@@ -37,6 +39,15 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         Source::Dir(d) => d.clone(),
         Source::Hub(_) => hub::checkpoint_dir(args.model, &mtl)?,
     };
+    // Ctrl-C, SIGTERM, SIGHUP: the half-written hidden folder goes, `-o` never appears
+    let partial = partial_folder(&args.output);
+    if let Err(e) = ctrlc::set_handler(move || {
+        let _ = std::fs::remove_dir_all(&partial);
+        eprintln!("\ninterrupted: nothing was written");
+        std::process::exit(crate::interrupt::EXIT_INTERRUPTED);
+    }) {
+        tracing::warn!("cannot handle Ctrl-C: an interrupted run leaves its hidden folder ({e})");
+    }
     let progress = Progress::new(args.quiet);
     let step = progress.step(format!(
         "Writing Chatterbox {} from {} with T3 in {format}",

@@ -41,7 +41,7 @@ pub use error::{PipelineError, Result};
 pub use memory::{device_memory, resident_memory_bytes, DeviceMemory};
 pub use options::{GenerateOptions, CROSSFADE_MS};
 pub use progress::Progress;
-pub use quantize_checkpoint::{write_quantized_checkpoint, QuantizedCheckpoint};
+pub use quantize_checkpoint::{partial_folder, write_quantized_checkpoint, QuantizedCheckpoint};
 pub use s3gen::{
     S3Gen, S3GenOptions, S3GenRef, DEC_COND_LEN, S3GEN_SIL, S3GEN_SR, S3_SR, SAMPLES_PER_TOKEN,
 };

@@ -94,14 +94,13 @@ pub fn write_quantized_checkpoint(
             ),
         });
     }
-    let out_name = out.file_name().ok_or_else(|| PipelineError::InvalidInput {
-        what: "output directory",
-        reason: format!("{} names no folder", out.display()),
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(out_name);
-    tmp_name.push(format!(".partial-{}", std::process::id()));
-    let tmp = Partial::create(parent.join(tmp_name))?;
+    if out.file_name().is_none() {
+        return Err(PipelineError::InvalidInput {
+            what: "output directory",
+            reason: format!("{} names no folder", out.display()),
+        });
+    }
+    let tmp = Partial::create(partial_folder(out))?;
 
     let t3_file = files.quantized_t3();
     let report = T3::write_quantized(&cfg.t3, &[&t3_src], format, &tmp.0.join(&t3_file))
@@ -145,6 +144,18 @@ pub fn write_quantized_checkpoint(
     };
     tmp.persist(out)?;
     Ok(written)
+}
+
+/// The hidden folder [`write_quantized_checkpoint`] writes `out` in before renaming it
+/// (`.NAME.partial-PID` beside it): what a signal handler removes when the process is stopped.
+pub fn partial_folder(out: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(out.file_name().unwrap_or_default());
+    name.push(format!(".partial-{}", std::process::id()));
+    match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.join(name),
+        _ => PathBuf::from(name),
+    }
 }
 
 /// A folder being written, removed when dropped unless [`Partial::persist`]ed.
