@@ -4,7 +4,7 @@
 //! a second of exact silence in the file; `--lexicon` respelling words.
 mod common;
 
-use common::{chatterbox, english_setup, ok, p, speak_seeded, R};
+use common::{chatterbox, english_setup, ok, p, speak_seeded, speak_without_model, R};
 use std::path::Path;
 use std::process::Output;
 
@@ -136,16 +136,8 @@ fn captions_in_three_formats_with_and_without_stream() -> R<()> {
 fn a_captions_file_of_unknown_format_is_refused_before_loading() -> R<()> {
     let tmp = tempfile::tempdir()?;
     let out = tmp.path().join("out.wav");
-    let o = chatterbox(&[
-        "speak",
-        "Hi.",
-        "--model-dir",
-        p(&tmp.path().join("missing")),
-        "-o",
-        p(&out),
-        "--captions",
-        p(&tmp.path().join("subs.txt")),
-    ])?;
+    let subs = tmp.path().join("subs.txt");
+    let o = speak_without_model(tmp.path(), &out, &["--captions", p(&subs)])?;
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(".srt, .vtt or .json"), "{err}");

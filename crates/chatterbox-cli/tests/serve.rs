@@ -263,13 +263,8 @@ fn a_model_that_fails_to_load_stops_the_server_with_its_error() {
     checkpoint(&ckpt);
     // present and readable (the pre-flight check passes), but not a safetensors file
     std::fs::write(ckpt.join("t3_cfg.safetensors"), b"not safetensors").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(["serve", "--port", "0", "--device", "cpu", "--model-dir"])
+    let mut child = common::command(&["serve", "--port", "0", "--device", "cpu", "--model-dir"])
         .arg(&ckpt)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -88,14 +88,19 @@ pub fn english_setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
 
 /// The `chatterbox` binary with `args`, without a watermark, with no model folder or log
 /// filter from the environment and nothing on stdin.
-pub fn chatterbox(args: &[&str]) -> R<Output> {
-    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
+pub fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_chatterbox"));
+    cmd.env("CHATTERBOX_NO_WATERMARK", "1")
         .args(args)
         .env_remove("CHATTERBOX_MODEL_DIR")
         .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()?)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// [`command`] run to its end.
+pub fn chatterbox(args: &[&str]) -> R<Output> {
+    Ok(command(args).output()?)
 }
 
 pub fn ok(o: &Output) -> R<()> {
@@ -125,6 +130,14 @@ pub fn speak_args<'a>(
         &device,
     ]
     .concat()
+}
+
+/// `speak "Hi." -o OUT` with a model folder `tmp/missing` that does not exist, then `extra`:
+/// what is refused before loading fails the same without a model.
+pub fn speak_without_model(tmp: &Path, out: &Path, extra: &[&str]) -> R<Output> {
+    let dir = tmp.join("missing");
+    let args = ["speak", "Hi.", "--model-dir", p(&dir), "-o", p(out)];
+    chatterbox(&[&args[..], extra].concat())
 }
 
 /// `speak TEXT -o OUT` with the tiny checkpoint `dir` and the voice clip `voice`: 12 tokens,

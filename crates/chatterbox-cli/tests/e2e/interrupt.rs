@@ -1,10 +1,9 @@
 //! An interrupted `speak` or `vc` (SIGTERM) keeps its finished audio in a valid partial file
 //! and leaves an existing output untouched.
-use crate::support::{p, partial_files, read, setup, wav_counts, write_wav, R};
+use crate::support::{command, p, partial_files, read, setup, wav_counts, write_wav, R};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -85,12 +84,7 @@ fn interrupted_keeps_the_finished_audio(args: &[&str], out: &Path) -> R<()> {
     let dir = out.parent().map(Path::to_path_buf).unwrap_or_default();
     let stem = out.file_stem().map(|s| s.to_string_lossy().into_owned());
     let stem = stem.unwrap_or_default();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(args)
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
+    let mut child = command(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?;

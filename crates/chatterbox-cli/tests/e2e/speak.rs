@@ -1,7 +1,6 @@
 //! `chatterbox speak`: voices, the clip checks, logs, warnings and the T3 weight formats.
-use crate::support::{chatterbox, ok, p, read, setup, speak_args, write_wav, R};
+use crate::support::{chatterbox, command, ok, p, read, setup, speak_args, write_wav, R};
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn speak_clones_a_voice_reproducibly_and_reuses_saved_voices() -> R<()> {
@@ -138,13 +137,9 @@ fn a_silent_voice_clip_is_refused() -> R<()> {
 fn rust_log_info_shows_each_stage() -> R<()> {
     let s = setup()?;
     let out = s.dir.with_file_name("log.wav");
-    let o = Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .args(speak_args(&s, "Hello there.", &s.ref_wav, "8"))
+    let o = command(&speak_args(&s, "Hello there.", &s.ref_wav, "8"))
         .args(["--quiet", "-o", p(&out)])
-        .env_remove("CHATTERBOX_MODEL_DIR")
         .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
         .output()?;
     ok(&o)?;
     let err = String::from_utf8_lossy(&o.stderr);

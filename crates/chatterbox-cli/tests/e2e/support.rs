@@ -1,6 +1,6 @@
 //! The e2e tests' checkpoint directories and clips (the english checkpoint, the clips and the
 //! runs of the binary through tests/common), and what they check in the files written.
-pub use crate::common::{chatterbox, ok, p, write_wav, R};
+pub use crate::common::{chatterbox, command, ok, p, write_wav, R};
 use crate::common::{
     fixtures, samples, tensors, write_config, write_english_checkpoint, write_part,
 };
