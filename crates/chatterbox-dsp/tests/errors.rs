@@ -68,24 +68,18 @@ fn wav_round_trip_in_both_formats() {
 #[test]
 fn non_finite_samples_are_reported_with_their_index() {
     let mut x = vec![0.1f32; 30_000];
+    let at_1234 = |err: DspError| {
+        assert!(
+            matches!(err, DspError::NonFinite { index: 1234, .. }),
+            "{err}"
+        );
+    };
     x[1234] = f32::NAN;
-    let err = S3GenMel::new(S3GenMelConfig::default())
-        .unwrap()
-        .compute(&x)
-        .unwrap_err();
-    assert!(
-        matches!(err, DspError::NonFinite { index: 1234, .. }),
-        "{err}"
-    );
+    let s3gen = S3GenMel::new(S3GenMelConfig::default()).unwrap();
+    at_1234(s3gen.compute(&x).unwrap_err());
     x[1234] = f32::INFINITY;
-    let err = KaldiFbank::new(FbankOptions::campplus())
-        .unwrap()
-        .compute(&x)
-        .unwrap_err();
-    assert!(
-        matches!(err, DspError::NonFinite { index: 1234, .. }),
-        "{err}"
-    );
+    let fbank = KaldiFbank::new(FbankOptions::campplus()).unwrap();
+    at_1234(fbank.compute(&x).unwrap_err());
     let err = SincResampler::new(24000, 16000)
         .unwrap()
         .process(&x)

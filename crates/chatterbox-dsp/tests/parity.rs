@@ -5,7 +5,7 @@ use chatterbox_dsp::features::{
 };
 use chatterbox_dsp::resample::{HqResampler, SincResampler};
 use chatterbox_dsp::{
-    window, Complex32, Istft, Matrix, MelFilterbank, Spectrum, Stft, TrimOptions,
+    window, Complex32, DspError, Istft, Matrix, MelFilterbank, Spectrum, Stft, TrimOptions,
 };
 use chatterbox_testkit::{Actual, Array, Error, Fixture, Suite};
 
@@ -20,6 +20,37 @@ fn matrix(m: Matrix) -> Array<f32> {
 
 fn e(err: impl std::fmt::Display) -> Error {
     Error::case(err)
+}
+
+/// The matrix `compute` makes of the fixture's input `wav`, as the output `name`.
+fn wav_matrix(
+    fx: &Fixture,
+    name: &str,
+    compute: impl FnOnce(&[f32]) -> Result<Matrix, DspError>,
+) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
+    let m = compute(&fx.input("wav")?.data).map_err(e)?;
+    Ok(vec![out(name, matrix(m))])
+}
+
+/// The samples `process` makes of the fixture's input `x`, as the output `y`.
+fn resampled(
+    fx: &Fixture,
+    process: impl FnOnce(&[f32]) -> Result<Vec<f32>, DspError>,
+) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
+    let y = process(&fx.input("x")?.data).map_err(e)?;
+    Ok(vec![out("y", Array::vector(y))])
+}
+
+/// The fixture's audio file (input `file`, one byte per value) decoded as its `extension`.
+fn decoded(fx: &Fixture) -> chatterbox_testkit::Result<chatterbox_dsp::Audio> {
+    let bytes: Vec<u8> = fx
+        .input_i64("file")?
+        .data
+        .iter()
+        .map(|&b| b as u8)
+        .collect();
+    let ext: String = fx.config("extension")?;
+    chatterbox_dsp::audio::decode(bytes, Some(&ext)).map_err(e)
 }
 
 fn window_and_stft_args(
@@ -92,26 +123,17 @@ fn mel_filters(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>
 
 fn s3gen_mel(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     let m = S3GenMel::new(S3GenMelConfig::default()).map_err(e)?;
-    Ok(vec![out(
-        "mel",
-        matrix(m.compute(&fx.input("wav")?.data).map_err(e)?),
-    )])
+    wav_matrix(fx, "mel", |x| m.compute(x))
 }
 
 fn ve_mel(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     let m = VoiceEncoderMel::new(VoiceEncoderMelConfig::default()).map_err(e)?;
-    Ok(vec![out(
-        "mel",
-        matrix(m.compute(&fx.input("wav")?.data).map_err(e)?),
-    )])
+    wav_matrix(fx, "mel", |x| m.compute(x))
 }
 
 fn s3tokenizer_mel(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     let m = S3TokenizerMel::new(128).map_err(e)?;
-    Ok(vec![out(
-        "mel",
-        matrix(m.compute(&fx.input("wav")?.data).map_err(e)?),
-    )])
+    wav_matrix(fx, "mel", |x| m.compute(x))
 }
 
 fn kaldi_fbank(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
@@ -121,10 +143,7 @@ fn kaldi_fbank(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>
         ..FbankOptions::default()
     };
     let f = KaldiFbank::new(opts).map_err(e)?;
-    Ok(vec![out(
-        "feats",
-        matrix(f.compute(&fx.input("wav")?.data).map_err(e)?),
-    )])
+    wav_matrix(fx, "feats", |x| f.compute(x))
 }
 
 fn trim(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
@@ -139,29 +158,16 @@ fn trim(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
 
 fn resample_sinc(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     let r = SincResampler::new(fx.config("orig")?, fx.config("new")?).map_err(e)?;
-    Ok(vec![out(
-        "y",
-        Array::vector(r.process(&fx.input("x")?.data).map_err(e)?),
-    )])
+    resampled(fx, |x| r.process(x))
 }
 
 fn resample_hq(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     let mut r = HqResampler::new(fx.config("orig")?, fx.config("new")?).map_err(e)?;
-    Ok(vec![out(
-        "y",
-        Array::vector(r.process(&fx.input("x")?.data).map_err(e)?),
-    )])
+    resampled(fx, |x| r.process(x))
 }
 
 fn audio_decode(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
-    let bytes: Vec<u8> = fx
-        .input_i64("file")?
-        .data
-        .iter()
-        .map(|&b| b as u8)
-        .collect();
-    let ext: String = fx.config("extension")?;
-    let audio = chatterbox_dsp::audio::decode(bytes, Some(&ext)).map_err(e)?;
+    let audio = decoded(fx)?;
     Ok(vec![
         out("samples", Array::vector(audio.samples)),
         out("sample_rate", Array::vector(vec![audio.sample_rate as i64])),
@@ -174,15 +180,8 @@ fn audio_decode(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)
 #[cfg(feature = "soxr")]
 fn load_soxr(fx: &Fixture) -> chatterbox_testkit::Result<Vec<(String, Actual)>> {
     use chatterbox_dsp::resample::HqEngine;
-    let bytes: Vec<u8> = fx
-        .input_i64("file")?
-        .data
-        .iter()
-        .map(|&b| b as u8)
-        .collect();
-    let ext: String = fx.config("extension")?;
     let rates: Vec<u32> = fx.config("rates")?;
-    let audio = chatterbox_dsp::audio::decode(bytes, Some(&ext)).map_err(e)?;
+    let audio = decoded(fx)?;
     let mut outs = Vec::new();
     let mut rate = audio.sample_rate;
     let mut wav = audio.samples;
