@@ -3,7 +3,7 @@
 use candle_core::{DType, Device, Tensor};
 use chatterbox_pipeline::{
     ChatterboxConfig, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts, ChatterboxVc,
-    Conditionals, Draws, GenerateOptions, S3GenRef, Sampling, VcOptions, VoiceClip,
+    ChunkOutput, Conditionals, Draws, GenerateOptions, S3GenRef, Sampling, VcOptions, VoiceClip,
 };
 use chatterbox_testkit::{
     f32_array, fixtures_root, i64_array, Actual, Array, Error, Fixture, Suite,
@@ -54,6 +54,16 @@ fn i64_out(name: &str, t: &Tensor) -> R<(String, Actual)> {
 fn tokens_out(name: &str, v: &[u32]) -> (String, Actual) {
     let data: Vec<i64> = v.iter().map(|&t| i64::from(t)).collect();
     (name.to_string(), Array::vector(data).into())
+}
+
+/// A synthesis's raw speech tokens, mel and waveform.
+fn synthesis_outputs(r: &ChunkOutput) -> Outputs {
+    let wav = Tensor::new(r.wav.as_slice(), &Device::Cpu).map_err(e)?;
+    Ok(vec![
+        tokens_out("raw_tokens", &r.raw_tokens),
+        f32_out("mel", &r.mel)?,
+        f32_out("wav", &wav)?,
+    ])
 }
 
 /// S3Gen's draws as the reference drew them.
@@ -216,12 +226,7 @@ fn english(fx: &Fixture) -> Outputs {
     let r = tts
         .synthesize(&text, &opts, Sampling::Greedy, &mut draws)
         .map_err(e)?;
-    out.push(tokens_out("raw_tokens", &r.raw_tokens));
-    out.push(f32_out("mel", &r.mel)?);
-    out.push(f32_out(
-        "wav",
-        &Tensor::new(r.wav.as_slice(), &dev).map_err(e)?,
-    )?);
+    out.extend(synthesis_outputs(&r)?);
     if let Some(dir) = dir {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -244,12 +249,7 @@ fn multilingual(fx: &Fixture) -> Outputs {
     let r = tts
         .synthesize(&text, &opts, Sampling::Greedy, &mut RecordedDraws::new(&t)?)
         .map_err(e)?;
-    out.push(tokens_out("raw_tokens", &r.raw_tokens));
-    out.push(f32_out("mel", &r.mel)?);
-    out.push(f32_out(
-        "wav",
-        &Tensor::new(r.wav.as_slice(), &dev).map_err(e)?,
-    )?);
+    out.extend(synthesis_outputs(&r)?);
     Ok(out)
 }
 
@@ -383,11 +383,7 @@ fn turbo(fx: &Fixture) -> Outputs {
     if let Some(dir) = dir {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    Ok(vec![
-        tokens_out("raw_tokens", &r.raw_tokens),
-        f32_out("mel", &r.mel)?,
-        f32_out("wav", &Tensor::new(r.wav.as_slice(), &dev).map_err(e)?)?,
-    ])
+    synthesis_outputs(&r)
 }
 
 fn suite() -> Suite {
