@@ -43,16 +43,7 @@ async fn health_ready_models_and_every_format() {
     let s = TestServer::start(ServerConfig::default(), vec![fake.device()]).await;
     let c = reqwest::Client::new();
     assert_eq!(c.get(s.url("/health")).send().await.unwrap().status(), 200);
-    let models: serde_json::Value = serde_json::from_slice(
-        &c.get(s.url("/v1/models"))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let models: serde_json::Value = serde_json::from_str(&s.get_text("/v1/models").await).unwrap();
     let ids: Vec<&str> = models["data"]
         .as_array()
         .unwrap()
@@ -311,12 +302,7 @@ async fn overload_is_429_and_a_disconnect_frees_the_worker() {
         pulled < 40 + 10,
         "the abandoned generation went on: {pulled} chunks"
     );
-    let m = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.get_text("/metrics").await;
     assert!(
         m.contains("chatterbox_requests_total{status=\"429\"}"),
         "{m}"
@@ -367,16 +353,7 @@ async fn voice_endpoints_with_a_fake_model() {
     assert_eq!(e["param"], "name");
     let e = expect_error(upload("bob", b"not audio".to_vec()).await.unwrap(), 400).await;
     assert_eq!(e["param"], "file");
-    let list: serde_json::Value = serde_json::from_str(
-        &c.get(s.url("/v1/voices"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let list: serde_json::Value = serde_json::from_str(&s.get_text("/v1/voices").await).unwrap();
     assert_eq!(list["data"][0]["id"], "amy_1");
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
     let mut body = req("wav");
@@ -576,12 +553,7 @@ async fn two_devices_serve_two_requests_at_once() {
     assert!(n1 > 0 && n2 > 0);
     assert!(a.pulled.load(Ordering::SeqCst) > 0 && b.pulled.load(Ordering::SeqCst) > 0);
     // each device's memory, read from its probe at the scrape, and the process's
-    let m = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.get_text("/metrics").await;
     for line in [
         "chatterbox_device_memory_used_bytes{device=\"gpu-a\"} 1\n",
         "chatterbox_device_memory_used_bytes{device=\"gpu-b\"} 2\n",

@@ -100,12 +100,7 @@ async fn the_voice_library_survives_a_restart() {
         vec![support::tiny_english_device(dir.path().to_path_buf())],
     )
     .await;
-    let list = reqwest::get(s.url("/v1/voices"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let list = s.get_text("/v1/voices").await;
     assert!(list.contains("\"narrator\""), "{list}");
     let again = speech(&s, req("wav", "narrator"))
         .await

@@ -43,12 +43,7 @@ fn done_event(text: &str) -> serde_json::Value {
 }
 
 async fn truncated_total(s: &TestServer) -> String {
-    let m = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.get_text("/metrics").await;
     m.lines()
         .find_map(|l| l.strip_prefix("chatterbox_speech_truncated_total "))
         .unwrap_or_else(|| panic!("no truncation counter in {m}"))

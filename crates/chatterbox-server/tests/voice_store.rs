@@ -77,12 +77,7 @@ async fn json_of(r: reqwest::Response) -> serde_json::Value {
 }
 
 async fn list(s: &TestServer) -> serde_json::Value {
-    let text = reqwest::get(s.url("/v1/voices"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.get_text("/v1/voices").await;
     serde_json::from_str(&text).unwrap()
 }
 

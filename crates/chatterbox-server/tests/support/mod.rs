@@ -134,6 +134,12 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// The body of a GET of `path`, as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        let r = reqwest::get(self.url(path)).await.unwrap();
+        r.text().await.unwrap()
+    }
+
     /// Signals shutdown (without waiting).
     pub fn signal_stop(&mut self) {
         if let Some(tx) = self.stop.take() {
