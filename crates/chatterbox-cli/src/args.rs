@@ -629,6 +629,11 @@ pub struct ServeArgs {
     /// Requests that may wait per model beyond those being generated; more get 429 at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub queue: usize,
+    /// A 429's shortest Retry-After, in seconds, and its value before the queue's pace has
+    /// been measured; once it has, Retry-After is the queue's expected wait (at most 60 s).
+    #[arg(long, value_name = "SECS", default_value_t = 1, env = "CHATTERBOX_RETRY_AFTER",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub retry_after: u64,
     /// Requests each model speaks at once per device (continuous batching: one batched T3
     /// step for all of them, the flow and HiFT chunks that fall due together in shared calls;
     /// each request's audio is what it gets alone, up to float rounding); 0 speaks one at a

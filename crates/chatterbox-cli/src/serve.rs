@@ -173,6 +173,7 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
     c.api_key = api_key(args)?;
     c.voices_dir = args.voices.clone();
     c.queue_capacity = args.queue;
+    c.retry_after_secs = args.retry_after;
     c.request_timeout = Duration::from_secs(args.timeout);
     c.header_timeout = Duration::from_secs(args.header_timeout);
     c.body_timeout = Duration::from_secs(args.body_timeout);
@@ -506,6 +507,8 @@ mod tests {
             "1000",
             "--max-upload-bytes",
             "2000",
+            "--retry-after",
+            "3",
         ])?;
         let c = config(&a, &planned)?;
         assert_eq!(c.header_timeout, Duration::from_secs(5));
@@ -514,6 +517,7 @@ mod tests {
         assert_eq!(c.write_timeout, Duration::from_secs(8));
         assert_eq!(c.max_connections, 9);
         assert_eq!((c.max_json_bytes, c.max_upload_bytes), (1000, 2000));
+        assert_eq!(c.retry_after_secs, 3);
         let d = config(&serve_args(&[])?, &planned)?;
         let lib = ServerConfig::default();
         assert_eq!(
@@ -524,7 +528,8 @@ mod tests {
                 d.write_timeout,
                 d.max_connections,
                 d.max_json_bytes,
-                d.max_upload_bytes
+                d.max_upload_bytes,
+                d.retry_after_secs
             ),
             (
                 lib.header_timeout,
@@ -533,11 +538,13 @@ mod tests {
                 lib.write_timeout,
                 lib.max_connections,
                 lib.max_json_bytes,
-                lib.max_upload_bytes
+                lib.max_upload_bytes,
+                lib.retry_after_secs
             ),
             "the command's defaults are the library's"
         );
         assert!(serve_args(&["--max-connections", "0"]).is_err());
+        assert!(serve_args(&["--retry-after", "0"]).is_err());
         Ok(())
     }
 
