@@ -9,7 +9,7 @@ use chatterbox_server::{DeviceModels, ServerConfig};
 use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, wav_file, Fake, TestServer};
+use support::{expect_error, speech, upload_voice, wav_file, Fake, TestServer};
 
 fn req(format: &str) -> serde_json::Value {
     json!({"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": format})
@@ -337,21 +337,16 @@ async fn voice_endpoints_with_a_fake_model() {
     config.voices_dir = Some(dir.path().to_path_buf());
     let s = TestServer::start(config, vec![fake.device()]).await;
     let c = reqwest::Client::new();
-    let upload = |name: &str, audio: Vec<u8>| {
-        let form = reqwest::multipart::Form::new()
-            .text("name", name.to_string())
-            .part(
-                "file",
-                reqwest::multipart::Part::bytes(audio).file_name("clip.wav"),
-            );
-        c.post(s.url("/v1/voices")).multipart(form).send()
-    };
     let clip = wav_file(&vec![0.1; 24_000], 24_000);
-    let r = upload("amy_1", clip.clone()).await.unwrap();
+    let r = upload_voice(&s.base, "amy_1", clip.clone()).await;
     assert_eq!(r.status(), 201);
-    let e = expect_error(upload("../amy", clip.clone()).await.unwrap(), 400).await;
+    let e = expect_error(upload_voice(&s.base, "../amy", clip.clone()).await, 400).await;
     assert_eq!(e["param"], "name");
-    let e = expect_error(upload("bob", b"not audio".to_vec()).await.unwrap(), 400).await;
+    let e = expect_error(
+        upload_voice(&s.base, "bob", b"not audio".to_vec()).await,
+        400,
+    )
+    .await;
     assert_eq!(e["param"], "file");
     let list: serde_json::Value = serde_json::from_str(&s.get_text("/v1/voices").await).unwrap();
     assert_eq!(list["data"][0]["id"], "amy_1");

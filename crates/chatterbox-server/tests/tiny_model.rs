@@ -74,19 +74,8 @@ async fn the_voice_library_survives_a_restart() {
         vec![support::tiny_english_device(dir.path().to_path_buf())],
     )
     .await;
-    let form = reqwest::multipart::Form::new()
-        .text("name", "narrator")
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(wav_file(&support::ref_clip(), 24_000))
-                .file_name("ref.wav"),
-        );
-    let r = reqwest::Client::new()
-        .post(s.url("/v1/voices"))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
+    let clip = wav_file(&support::ref_clip(), 24_000);
+    let r = support::upload_voice(&s.base, "narrator", clip).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     let cloned = speech(&s, req("wav", "narrator")).await;
     assert_eq!(cloned.status(), 200);
@@ -142,21 +131,8 @@ async fn batching_server_matches_one_at_a_time(flow_rows: usize) {
         )],
     )
     .await;
-    let form = || {
-        reqwest::multipart::Form::new()
-            .text("name", "narrator")
-            .part(
-                "file",
-                reqwest::multipart::Part::bytes(wav_file(&support::ref_clip(), 24_000))
-                    .file_name("ref.wav"),
-            )
-    };
-    let r = reqwest::Client::new()
-        .post(batched.url("/v1/voices"))
-        .multipart(form())
-        .send()
-        .await
-        .unwrap();
+    let clip = wav_file(&support::ref_clip(), 24_000);
+    let r = support::upload_voice(&batched.base, "narrator", clip.clone()).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     let bodies: Vec<serde_json::Value> = (0..5u64)
         .map(|i| {
@@ -182,18 +158,8 @@ async fn batching_server_matches_one_at_a_time(flow_rows: usize) {
     // a second voice saved while the batch runs: answered once the running requests are done
     let saving = async {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let f = reqwest::multipart::Form::new().text("name", "second").part(
-            "file",
-            reqwest::multipart::Part::bytes(wav_file(&support::ref_clip(), 24_000))
-                .file_name("ref.wav"),
-        );
-        reqwest::Client::new()
-            .post(batched.url("/v1/voices"))
-            .multipart(f)
-            .send()
-            .await
-            .unwrap()
-            .status()
+        let r = support::upload_voice(&batched.base, "second", clip.clone()).await;
+        r.status()
     };
     let (responses, saved) = tokio::join!(futures_util::future::join_all(sent), saving);
     assert_eq!(saved, 201);

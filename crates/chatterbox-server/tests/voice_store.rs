@@ -14,7 +14,7 @@ use chatterbox_server::{DeviceModels, ModelId, ServerConfig, SpeechModel};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, wav_file, TestServer};
+use support::{expect_error, speech, upload_voice, wav_file, TestServer};
 use voice_fakes::{digest, voice_text, StoreFake, LONG_STEPS};
 
 fn config(dir: &Path) -> ServerConfig {
@@ -35,21 +35,6 @@ fn clip_wav(secs: f32, hz: f32) -> Vec<u8> {
 /// The clip the library keeps of an uploaded file.
 fn kept(wav: &[u8]) -> chatterbox_dsp::Audio {
     chatterbox_dsp::audio::decode(wav.to_vec(), None).unwrap()
-}
-
-async fn upload(s: &TestServer, name: &str, wav: Vec<u8>) -> reqwest::Response {
-    let form = reqwest::multipart::Form::new()
-        .text("name", name.to_string())
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(wav).file_name("clip.wav"),
-        );
-    reqwest::Client::new()
-        .post(s.url("/v1/voices"))
-        .multipart(form)
-        .send()
-        .await
-        .unwrap()
 }
 
 fn say(model: ModelId, voice: &str, input: &str) -> serde_json::Value {
@@ -165,7 +150,7 @@ async fn a_voice_uploaded_under_one_model_set_speaks_under_another_after_a_resta
     let english = StoreFake::new(ModelId::English);
     let s = TestServer::start(config(dir.path()), vec![english.device()]).await;
     let wav = clip_wav(2.0, 220.0);
-    let r = upload(&s, "amy", wav.clone()).await;
+    let r = upload_voice(&s.base, "amy", wav.clone()).await;
     assert_eq!(r.status(), 201);
     let body: serde_json::Value = json_of(r).await;
     assert_eq!(body["models"], json!(["chatterbox"]));
@@ -227,7 +212,7 @@ async fn parallel_uploads_of_one_name_leave_one_consistent_voice() {
         .map(|i| clip_wav(1.0, 200.0 + 50.0 * i as f32))
         .collect();
     for round in 0..2 {
-        let sent = wavs.iter().map(|w| upload(&s, "amy", w.clone()));
+        let sent = wavs.iter().map(|w| upload_voice(&s.base, "amy", w.clone()));
         let responses = futures_util::future::join_all(sent).await;
         let mut replaced = Vec::new();
         for r in responses {
@@ -263,26 +248,17 @@ async fn a_kill_during_an_upload_leaves_the_old_voice_whole() {
     let english = StoreFake::new(ModelId::English);
     let s = TestServer::start(config(dir.path()), vec![english.device()]).await;
     let old = clip_wav(1.0, 300.0);
-    assert_eq!(upload(&s, "amy", old.clone()).await.status(), 201);
+    assert_eq!(
+        upload_voice(&s.base, "amy", old.clone()).await.status(),
+        201
+    );
     // the next upload is held in its analysis: what a kill now would leave on disk is
     // copied aside
     english.gate.close();
     let new = clip_wav(1.5, 400.0);
     let uploading = {
         let (base, new) = (s.base.clone(), new.clone());
-        tokio::spawn(async move {
-            let form = reqwest::multipart::Form::new().text("name", "amy").part(
-                "file",
-                reqwest::multipart::Part::bytes(new).file_name("clip.wav"),
-            );
-            reqwest::Client::new()
-                .post(format!("{base}/v1/voices"))
-                .multipart(form)
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
+        tokio::spawn(async move { upload_voice(&base, "amy", new).await.status() })
     };
     wait_for_nth(&english, "analysing:chatterbox", 2).await;
     let killed = support::temp_dir("store-killed");
@@ -336,20 +312,20 @@ async fn reserved_names_are_refused_and_a_reupload_replaces() {
         .insert("narrator".to_string(), "amy".to_string());
     let s = TestServer::start(c, vec![english.device()]).await;
     for name in ["alloy", "default", "shimmer", "verse", "narrator"] {
-        let e = expect_error(upload(&s, name, clip_wav(1.0, 200.0)).await, 400).await;
+        let e = expect_error(upload_voice(&s.base, name, clip_wav(1.0, 200.0)).await, 400).await;
         assert_eq!(e["param"], "name", "{name}");
         let msg = e["message"].as_str().unwrap();
         assert!(msg.contains("reserved"), "{name}: {msg}");
     }
     assert!(entries(dir.path()).is_empty());
     // the rule is the server's mapping, which is exact: `Alloy` is a library voice
-    let r = upload(&s, "Alloy", clip_wav(1.0, 200.0)).await;
+    let r = upload_voice(&s.base, "Alloy", clip_wav(1.0, 200.0)).await;
     assert_eq!(r.status(), 201);
     speak(&s, ModelId::English, "Alloy", "hi").await;
     assert!(english.last_voice.lock().unwrap().is_some());
     // a re-upload replaces the voice, and says so
     let second = clip_wav(1.2, 250.0);
-    let r = upload(&s, "Alloy", second.clone()).await;
+    let r = upload_voice(&s.base, "Alloy", second.clone()).await;
     assert_eq!(r.status(), 201);
     let b: serde_json::Value = json_of(r).await;
     assert_eq!(b["replaced"], true);
@@ -370,7 +346,7 @@ async fn a_clip_longer_than_the_decode_limit_is_a_400_and_the_server_still_serve
     let riff = claimed + at as u32 - 4; // the RIFF chunk holds everything after its size field
     wav[4..8].copy_from_slice(&riff.to_le_bytes());
     let t0 = Instant::now();
-    let e = expect_error(upload(&s, "bomb", wav).await, 400).await;
+    let e = expect_error(upload_voice(&s.base, "bomb", wav).await, 400).await;
     assert_eq!(e["param"], "file");
     let msg = e["message"].as_str().unwrap();
     let limit = format!("{} s", chatterbox_dsp::audio::MAX_DECODED_SECONDS);
@@ -378,7 +354,12 @@ async fn a_clip_longer_than_the_decode_limit_is_a_400_and_the_server_still_serve
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert!(entries(dir.path()).is_empty());
     // and the server goes on: the same name with a real clip is stored
-    assert_eq!(upload(&s, "bomb", clip_wav(1.0, 200.0)).await.status(), 201);
+    assert_eq!(
+        upload_voice(&s.base, "bomb", clip_wav(1.0, 200.0))
+            .await
+            .status(),
+        201
+    );
     s.stop().await;
 }
 
@@ -432,16 +413,8 @@ async fn an_upload_does_not_hold_up_speech_during_a_batch() {
     let uploading = {
         let base = s.base.clone();
         tokio::spawn(async move {
-            let form = reqwest::multipart::Form::new().text("name", "amy").part(
-                "file",
-                reqwest::multipart::Part::bytes(clip_wav(1.0, 200.0)).file_name("clip.wav"),
-            );
-            reqwest::Client::new()
-                .post(format!("{base}/v1/voices"))
-                .multipart(form)
-                .send()
+            upload_voice(&base, "amy", clip_wav(1.0, 200.0))
                 .await
-                .unwrap()
                 .status()
         })
     };
@@ -481,7 +454,12 @@ async fn a_batch_that_cannot_analyse_drains_first() {
     let dir = support::temp_dir("store-drain");
     let first = StoreFake::new(ModelId::English);
     let s = TestServer::start(config(dir.path()), vec![first.device()]).await;
-    assert_eq!(upload(&s, "amy", clip_wav(1.0, 200.0)).await.status(), 201);
+    assert_eq!(
+        upload_voice(&s.base, "amy", clip_wav(1.0, 200.0))
+            .await
+            .status(),
+        201
+    );
     s.stop().await;
 
     let mut fake = StoreFake::batching(ModelId::Turbo, 4);
@@ -517,7 +495,7 @@ async fn a_voice_derived_on_first_use_speaks_as_the_one_analysed_at_upload() {
         vec![support::tiny_english_device(ckpt.path().to_path_buf())],
     )
     .await;
-    let r = upload(&s, "narrator", wav_file(&support::ref_clip(), 24_000)).await;
+    let r = upload_voice(&s.base, "narrator", wav_file(&support::ref_clip(), 24_000)).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     let body = json!({"model": "chatterbox", "input": "Hello there.", "voice": "narrator",
                       "response_format": "wav", "seed": 3});

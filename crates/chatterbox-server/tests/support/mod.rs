@@ -169,6 +169,20 @@ pub async fn speech(base: &TestServer, body: serde_json::Value) -> reqwest::Resp
         .unwrap()
 }
 
+/// Uploads `wav` to the voice library of the server at `base` as voice `name`.
+pub async fn upload_voice(base: &str, name: &str, wav: Vec<u8>) -> reqwest::Response {
+    let file = reqwest::multipart::Part::bytes(wav).file_name("clip.wav");
+    let form = reqwest::multipart::Form::new()
+        .text("name", name.to_string())
+        .part("file", file);
+    reqwest::Client::new()
+        .post(format!("{base}/v1/voices"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Asserts an OpenAI error body with `status`; returns the error object.
 pub async fn expect_error(r: reqwest::Response, status: u16) -> serde_json::Value {
     assert_eq!(r.status().as_u16(), status);
