@@ -74,13 +74,7 @@ async fn check_server(s: &TestServer) {
     // the captioned answer: the file and its timings together, at both paths
     let mut whole = None;
     for path in ["/v1/audio/captioned_speech", "/dev/captioned_speech"] {
-        let r = reqwest::Client::new()
-            .post(s.url(path))
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&req("pcm")).unwrap())
-            .send()
-            .await
-            .unwrap();
+        let r = support::post_json(s.url(path), &req("pcm")).await;
         assert_eq!(r.status(), 200);
         let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
         assert_eq!(v["audio_format"], "pcm");
@@ -205,13 +199,7 @@ async fn a_request_names_a_lexicon() {
     let spoken = |b: Value| {
         let url = s.url("/v1/audio/captioned_speech");
         async move {
-            let r = reqwest::Client::new()
-                .post(url)
-                .header("content-type", "application/json")
-                .body(serde_json::to_vec(&b).unwrap())
-                .send()
-                .await
-                .unwrap();
+            let r = support::post_json(url, &b).await;
             assert_eq!(r.status(), 200);
             let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
             v["sentences"][0]["text"].as_str().unwrap().to_string()

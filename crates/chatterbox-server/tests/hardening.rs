@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, Fake, TestServer};
+use support::{expect_error, json_post, speech, Fake, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -30,6 +30,22 @@ fn addr(s: &TestServer) -> String {
 }
 
 /// Reads what the server sends on `conn` until it closes or fails (at most `limit`).
+/// Asserts an OpenAI error with `status`, of the type `kind` and the code `code`; returns the
+/// error object.
+async fn expect_kind(
+    r: reqwest::Response,
+    status: u16,
+    kind: &str,
+    code: &str,
+) -> serde_json::Value {
+    let e = expect_error(r, status).await;
+    assert_eq!(
+        (e["type"].as_str(), e["code"].as_str()),
+        (Some(kind), Some(code))
+    );
+    e
+}
+
 async fn read_until_closed(conn: &mut (impl AsyncReadExt + Unpin), limit: Duration) -> Vec<u8> {
     let mut got = Vec::new();
     let read = tokio::time::timeout(limit, async {
@@ -182,11 +198,8 @@ async fn the_bearer_scheme_is_case_insensitive_and_401_is_openai_json() {
         assert_eq!(e["code"], "invalid_api_key", "{bad}");
         assert!(e["param"].is_null());
     }
-    let r = c
-        .post(s.url("/v1/audio/speech"))
+    let r = json_post(&c, s.url("/v1/audio/speech"), &req("wav"))
         .header("authorization", "bearer sk-1")
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&req("wav")).unwrap())
         .send()
         .await
         .unwrap();
@@ -208,11 +221,7 @@ async fn every_error_is_openai_json_and_500s_keep_their_detail_to_the_log() {
     // 404: unknown route, with the method and path
     let r = c.get(s.url("/v1/nothing")).send().await.unwrap();
     assert!(r.headers().contains_key("x-request-id"));
-    let e = expect_error(r, 404).await;
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("invalid_request_error"), Some("not_found"))
-    );
+    let e = expect_kind(r, 404, "invalid_request_error", "not_found").await;
     assert!(
         e["message"].as_str().unwrap().contains("GET /v1/nothing"),
         "{e}"
@@ -222,22 +231,20 @@ async fn every_error_is_openai_json_and_500s_keep_their_detail_to_the_log() {
     let r = c.get(s.url("/v1/audio/speech")).send().await.unwrap();
     assert_eq!(r.headers()["allow"], "POST");
     assert_eq!(r.headers()["content-type"], "application/json");
-    let e = expect_error(r, 405).await;
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("invalid_request_error"), Some("method_not_allowed"))
-    );
+    expect_kind(r, 405, "invalid_request_error", "method_not_allowed").await;
     let r = c.post(s.url("/health")).send().await.unwrap();
     assert!(r.headers()["allow"].to_str().unwrap().contains("GET"));
     expect_error(r, 405).await;
 
     // 413
     let big = json!({"model": "tts-1", "input": "a".repeat(5000), "response_format": "wav"});
-    let e = expect_error(speech(&s, big).await, 413).await;
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("invalid_request_error"), Some("payload_too_large"))
-    );
+    expect_kind(
+        speech(&s, big).await,
+        413,
+        "invalid_request_error",
+        "payload_too_large",
+    )
+    .await;
 
     // 429 while the only worker is busy and nothing may wait
     let mut body = req("pcm");
@@ -247,11 +254,7 @@ async fn every_error_is_openai_json_and_500s_keep_their_detail_to_the_log() {
     assert!(busy.chunk().await.unwrap().is_some());
     let r = speech(&s, req("wav")).await;
     assert_eq!(r.headers()["retry-after"], "1");
-    let e = expect_error(r, 429).await;
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("rate_limit_error"), Some("queue_full"))
-    );
+    expect_kind(r, 429, "rate_limit_error", "queue_full").await;
     drop(busy);
     s.stop().await;
 
@@ -477,11 +480,7 @@ async fn connections_beyond_the_limit_get_503_and_the_server_still_serves() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let r = c.get(s.url("/health")).send().await.unwrap();
     assert_eq!(r.headers()["retry-after"], "1");
-    let e = expect_error(r, 503).await;
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("server_error"), Some("too_many_connections"))
-    );
+    expect_kind(r, 503, "server_error", "too_many_connections").await;
     // one leaves: the next is served
     drop(first);
     let t0 = Instant::now();
@@ -499,10 +498,7 @@ async fn connections_beyond_the_limit_get_503_and_the_server_still_serves() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // (on the same connection: `second` and this one are the two allowed)
-    let r = c
-        .post(s.url("/v1/audio/speech"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&req("wav")).unwrap())
+    let r = json_post(&c, s.url("/v1/audio/speech"), &req("wav"))
         .send()
         .await
         .unwrap();

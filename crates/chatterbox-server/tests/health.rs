@@ -411,15 +411,7 @@ async fn a_panicking_job_is_counted_and_leaves_the_gauges_right() {
     assert!(running.chunk().await.unwrap().is_some());
     let queued = tokio::spawn({
         let url = s.url("/v1/audio/speech");
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .header("content-type", "application/json")
-                .body(serde_json::to_vec(&req("fine")).unwrap())
-                .send()
-                .await
-                .unwrap()
-        }
+        async move { support::post_json(url, &req("fine")).await }
     });
     await_metric(&s, "chatterbox_queue_depth", 1.0).await;
     assert_eq!(metric(&s, "chatterbox_jobs_running").await, Some(1.0));

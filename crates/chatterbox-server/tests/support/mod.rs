@@ -160,13 +160,24 @@ impl TestServer {
 
 /// POSTs a JSON speech request.
 pub async fn speech(base: &TestServer, body: serde_json::Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(base.url("/v1/audio/speech"))
+    post_json(base.url("/v1/audio/speech"), &body).await
+}
+
+/// A POST of `body` as JSON to `url` on the client `c` (to keep its connection or add headers).
+pub fn json_post(
+    c: &reqwest::Client,
+    url: String,
+    body: &serde_json::Value,
+) -> reqwest::RequestBuilder {
+    c.post(url)
         .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).unwrap())
-        .send()
-        .await
-        .unwrap()
+        .body(serde_json::to_vec(body).unwrap())
+}
+
+/// POSTs `body` as JSON to `url` on a new client.
+pub async fn post_json(url: String, body: &serde_json::Value) -> reqwest::Response {
+    let c = reqwest::Client::new();
+    json_post(&c, url, body).send().await.unwrap()
 }
 
 /// Uploads `wav` to the voice library of the server at `base` as voice `name`.
