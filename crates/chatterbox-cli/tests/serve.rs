@@ -147,6 +147,11 @@ impl Drop for Served {
     }
 }
 
+/// The body of the answer to `r`, as text.
+async fn text(r: reqwest::RequestBuilder) -> String {
+    r.send().await.unwrap().text().await.unwrap()
+}
+
 async fn speech(s: &Served, key: Option<&str>, body: serde_json::Value) -> reqwest::Response {
     let mut r = reqwest::Client::new()
         .post(s.url("/v1/audio/speech"))
@@ -203,15 +208,8 @@ async fn serve_speaks_wav_and_stops_cleanly_on_sigterm() {
     assert!(n < 24_000 * 3, "{n} samples from 30 tokens");
 
     // the served models, by their API names
-    let models = reqwest::Client::new()
-        .get(s.url("/v1/models"))
-        .bearer_auth("test-key")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let models = reqwest::Client::new().get(s.url("/v1/models"));
+    let models = text(models.bearer_auth("test-key")).await;
     assert!(models.contains("\"chatterbox\""), "{models}");
 
     let status = s.terminate(Duration::from_secs(10));
@@ -417,12 +415,7 @@ async fn the_readme_curl_examples_work() {
         }
     }
     // the uploaded voice was used and then deleted
-    let list = reqwest::get(s.url("/v1/voices"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let list = text(reqwest::Client::new().get(s.url("/v1/voices"))).await;
     assert!(!list.contains("narrator"), "{list}");
     assert!(s.terminate(Duration::from_secs(10)).success());
 }
