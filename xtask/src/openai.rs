@@ -252,14 +252,9 @@ pub fn run(args: OpenaiClientArgs) -> Result<i32> {
 
 /// The parity venv's copy of Perth's weights (resemble-perth is in parity/requirements.txt).
 fn perth_weights() -> Option<PathBuf> {
-    let lib = crate::root().join("parity/.venv/lib");
-    std::fs::read_dir(lib).ok()?.find_map(|e| {
-        let p = e
-            .ok()?
-            .path()
-            .join("site-packages/perth/perth_net/pretrained/implicit/perth_net_250000.pth.tar");
-        p.is_file().then_some(p)
-    })
+    chatterbox_testkit::reference_venv_file(
+        "perth/perth_net/pretrained/implicit/perth_net_250000.pth.tar",
+    )
 }
 
 #[cfg(test)]

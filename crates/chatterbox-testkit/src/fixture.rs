@@ -51,6 +51,17 @@ pub fn committed_fixtures_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
 }
 
+/// The file `rel` in the site-packages of the reference's venv (`parity/.venv`), where a
+/// package installed there ships it (Perth's pretrained weights); `None` without the venv or
+/// the file.
+pub fn reference_venv_file(rel: &str) -> Option<PathBuf> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/.venv/lib");
+    std::fs::read_dir(lib).ok()?.find_map(|e| {
+        let p = e.ok()?.path().join("site-packages").join(rel);
+        p.is_file().then_some(p)
+    })
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_path_buf(),

@@ -9,31 +9,21 @@
 //! `CHATTERBOX_BENCH_DEVICE=cuda` (with `--features cuda`) runs the network on GPU 0 (the
 //! STFT and resampling stay on the CPU, as in the crate). `CHATTERBOX_BENCH_MIN_SECS` (default 2) and `CHATTERBOX_BENCH_ITERS` (default 3) bound the
 //! time per stage.
-use anyhow::{bail, Context};
+use anyhow::Context;
 use chatterbox_testkit::{
-    black_box, device_name, env_f64, env_usize, speech_like, test_device, time_it, BenchRun,
+    black_box, device_name, env_f64, env_usize, reference_venv_file, speech_like, test_device,
+    time_it, BenchRun,
 };
 use chatterbox_watermark::{PerthWatermarker, PERTH_CHECKPOINT_IN_WHEEL};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn checkpoint() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("CHATTERBOX_PERTH_CHECKPOINT") {
         return Ok(PathBuf::from(p));
     }
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/.venv/lib");
-    for entry in std::fs::read_dir(&lib).with_context(|| format!("{}", lib.display()))? {
-        let p = entry?
-            .path()
-            .join("site-packages")
-            .join(PERTH_CHECKPOINT_IN_WHEEL);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    bail!(
-        "no {PERTH_CHECKPOINT_IN_WHEEL} under {}: set CHATTERBOX_PERTH_CHECKPOINT",
-        lib.display()
-    )
+    reference_venv_file(PERTH_CHECKPOINT_IN_WHEEL).with_context(|| {
+        format!("no {PERTH_CHECKPOINT_IN_WHEEL} in parity/.venv: set CHATTERBOX_PERTH_CHECKPOINT")
+    })
 }
 
 fn main() -> anyhow::Result<()> {

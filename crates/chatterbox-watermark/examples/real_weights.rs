@@ -11,6 +11,7 @@
 //! `perth_net_250000.pth.tar`.
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
+use chatterbox_testkit::reference_venv_file;
 use chatterbox_watermark::{PerthWatermarker, PERTH_CHECKPOINT_IN_WHEEL};
 use std::path::{Path, PathBuf};
 
@@ -21,17 +22,8 @@ const ENGINE: &str = if cfg!(feature = "soxr") {
 };
 
 fn default_checkpoint() -> Result<PathBuf> {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/.venv/lib");
-    for entry in std::fs::read_dir(&lib).with_context(|| format!("{}", lib.display()))? {
-        let p = entry?
-            .path()
-            .join("site-packages")
-            .join(PERTH_CHECKPOINT_IN_WHEEL);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    bail!("no {PERTH_CHECKPOINT_IN_WHEEL} under {}", lib.display())
+    reference_venv_file(PERTH_CHECKPOINT_IN_WHEEL)
+        .with_context(|| format!("no {PERTH_CHECKPOINT_IN_WHEEL} in parity/.venv"))
 }
 
 /// `NAME__SR.npy` files of `dir`, sorted, with their rates.
