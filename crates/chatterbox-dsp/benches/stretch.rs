@@ -5,50 +5,12 @@
 //! the streamed output against the whole one. The reference has no speed control: no Python
 //! side. Records as JSON (`CHATTERBOX_BENCH_OUT`, else stdout); the quality table on stderr.
 use chatterbox_dsp::stretch::{stretched_len, time_stretch, TimeStretcher};
-use chatterbox_testkit::{black_box, noisy_harmonics, time_it, BenchRecord};
-use realfft::RealFftPlanner;
+use chatterbox_testkit::{
+    black_box, dominant_hz, harmonic_tone, noisy_harmonics, time_it, BenchRecord,
+};
 
 const SR: u32 = 24_000;
 const SPEEDS: [f32; 6] = [0.25, 0.5, 0.8, 1.5, 2.0, 4.0];
-
-/// `secs` of a steady tone of `f0` Hz with `harmonics` harmonics of amplitude 1/h.
-fn harmonic(f0: f64, harmonics: usize, secs: f64) -> Vec<f32> {
-    let n = (f64::from(SR) * secs) as usize;
-    (0..n)
-        .map(|i| {
-            let t = i as f64 / f64::from(SR);
-            let v: f64 = (1..=harmonics)
-                .map(|h| (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64)
-                .sum();
-            (0.3 * v) as f32
-        })
-        .collect()
-}
-
-/// The strongest spectral peak of `x` in Hz (Hann window, parabolic interpolation), the first
-/// and last 10 % left out.
-fn dominant_hz(x: &[f32]) -> anyhow::Result<f64> {
-    let x = &x[x.len() / 10..x.len() - x.len() / 10];
-    let n = x.len();
-    let mut buf: Vec<f32> = x
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let w = 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos();
-            v * w as f32
-        })
-        .collect();
-    let fft = RealFftPlanner::<f32>::new().plan_fft_forward(n);
-    let mut spec = fft.make_output_vec();
-    fft.process(&mut buf, &mut spec)?;
-    let mag: Vec<f64> = spec.iter().map(|c| f64::from(c.norm())).collect();
-    let k = (1..mag.len() - 1)
-        .max_by(|&a, &b| mag[a].total_cmp(&mag[b]))
-        .unwrap_or(1);
-    let (a, b, c) = (mag[k - 1].ln(), mag[k].ln(), mag[k + 1].ln());
-    let delta = 0.5 * (a - c) / (a - 2.0 * b + c);
-    Ok((k as f64 + delta) * f64::from(SR) / n as f64)
-}
 
 /// `x` through a [`TimeStretcher`] in pieces of `piece` samples.
 fn streamed(x: &[f32], speed: f32, piece: usize) -> anyhow::Result<Vec<f32>> {
@@ -66,9 +28,9 @@ fn streamed(x: &[f32], speed: f32, piece: usize) -> anyhow::Result<Vec<f32>> {
 fn quality(speed: f32) -> anyhow::Result<String> {
     let mut cells = Vec::new();
     for (f0, harmonics) in [(220.0, 1), (150.0, 8)] {
-        let x = harmonic(f0, harmonics, 2.0);
+        let x = harmonic_tone(SR, f0, harmonics, 2.0);
         let y = time_stretch(&x, SR, speed)?;
-        let got = dominant_hz(&y)?;
+        let got = dominant_hz(&y, SR)?;
         cells.push(format!("{got:.2} Hz ({:+.3} %)", 100.0 * (got - f0) / f0));
     }
     let x = noisy_harmonics(SR, 10.0);

@@ -218,47 +218,12 @@ impl TimeStretcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use realfft::RealFftPlanner;
 
     const SR: u32 = 24_000;
 
     /// `secs` of a tone of `f0` Hz with `harmonics` harmonics of falling amplitude.
     fn harmonic(f0: f64, harmonics: usize, secs: f64) -> Vec<f32> {
-        let n = (f64::from(SR) * secs) as usize;
-        (0..n)
-            .map(|i| {
-                let t = i as f64 / f64::from(SR);
-                let v: f64 = (1..=harmonics)
-                    .map(|h| (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64)
-                    .sum();
-                (0.3 * v) as f32
-            })
-            .collect()
-    }
-
-    /// The frequency of the strongest spectral peak of `x` (Hann window, parabolic
-    /// interpolation between bins), leaving out the first and last 10 %.
-    fn dominant_hz(x: &[f32]) -> f64 {
-        let x = &x[x.len() / 10..x.len() - x.len() / 10];
-        let n = x.len();
-        let mut buf: Vec<f32> = x
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                let w = 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos();
-                v * w as f32
-            })
-            .collect();
-        let fft = RealFftPlanner::<f32>::new().plan_fft_forward(n);
-        let mut spec = fft.make_output_vec();
-        fft.process(&mut buf, &mut spec).unwrap();
-        let mag: Vec<f64> = spec.iter().map(|c| f64::from(c.norm())).collect();
-        let k = (1..mag.len() - 1)
-            .max_by(|&a, &b| mag[a].total_cmp(&mag[b]))
-            .unwrap();
-        let (a, b, c) = (mag[k - 1].ln(), mag[k].ln(), mag[k + 1].ln());
-        let delta = 0.5 * (a - c) / (a - 2.0 * b + c);
-        (k as f64 + delta) * f64::from(SR) / n as f64
+        chatterbox_testkit::harmonic_tone(SR, f0, harmonics, secs)
     }
 
     #[test]
@@ -268,7 +233,7 @@ mod tests {
             for speed in [0.25, 0.5, 0.8, 1.25, 2.0, 4.0] {
                 let y = time_stretch(&x, SR, speed).unwrap();
                 assert_eq!(y.len(), stretched_len(x.len(), speed), "speed {speed}");
-                let got = dominant_hz(&y);
+                let got = chatterbox_testkit::dominant_hz(&y, SR).unwrap();
                 let err = (got - f0).abs() / f0;
                 assert!(err < 0.01, "{f0} Hz at speed {speed}: {got:.2} Hz");
                 assert!(y.iter().all(|v| v.is_finite() && v.abs() < 1.0));

@@ -31,7 +31,7 @@ pub use compare::{compare, Check, Tolerance};
 pub use device::{bench_dtype, device_name, test_device};
 pub use error::{Error, Result};
 pub use fixture::{committed_fixtures_root, fixtures_root, reference_venv_file, Fixture, Meta};
-pub use signal::{noisy_harmonics, speech_like};
+pub use signal::{dominant_hz, harmonic_tone, noisy_harmonics, speech_like};
 pub use strings::{pack_ids, pack_strings};
 pub use suite::{Row, Status, Suite};
 #[cfg(feature = "candle")]

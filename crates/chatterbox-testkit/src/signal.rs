@@ -1,5 +1,5 @@
 //! Deterministic test signals shared by the benches and the long-input tests (no counterpart
-//! in the reference; `parity/bench/*.py` builds the same clip in numpy).
+//! in the reference; `parity/bench/*.py` builds the same clip in numpy), and the pitch of one.
 
 /// A speech-like clip: a glottal-like tone gliding around 120 Hz (20 harmonics falling as
 /// 1/h) under a 4 Hz syllable envelope, `seconds` long at `sr`. The benches prepare their
@@ -41,6 +41,47 @@ pub fn noisy_harmonics(sr: u32, seconds: f64) -> Vec<f32> {
             (0.2 * v * (0.55 + 0.45 * (8.0 * std::f64::consts::PI * t).sin()) + 0.01 * noise) as f32
         })
         .collect()
+}
+
+/// `seconds` of a steady tone of `f0` Hz at `sr` with `harmonics` harmonics of amplitude 0.3/h:
+/// the time-stretch tests and bench measure its pitch before and after.
+pub fn harmonic_tone(sr: u32, f0: f64, harmonics: usize, seconds: f64) -> Vec<f32> {
+    let n = (f64::from(sr) * seconds) as usize;
+    (0..n)
+        .map(|i| {
+            let t = i as f64 / f64::from(sr);
+            let v: f64 = (1..=harmonics)
+                .map(|h| (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64)
+                .sum();
+            (0.3 * v) as f32
+        })
+        .collect()
+}
+
+/// The frequency in Hz of the strongest spectral peak of `x` at `sr` (Hann window, parabolic
+/// interpolation between bins), the first and last 10 % left out.
+pub fn dominant_hz(x: &[f32], sr: u32) -> crate::Result<f64> {
+    let x = &x[x.len() / 10..x.len() - x.len() / 10];
+    let n = x.len();
+    let mut buf: Vec<f32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let w = 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos();
+            v * w as f32
+        })
+        .collect();
+    let fft = realfft::RealFftPlanner::<f32>::new().plan_fft_forward(n);
+    let mut spec = fft.make_output_vec();
+    fft.process(&mut buf, &mut spec)
+        .map_err(crate::Error::case)?;
+    let mag: Vec<f64> = spec.iter().map(|c| f64::from(c.norm())).collect();
+    let k = (1..mag.len() - 1)
+        .max_by(|&a, &b| mag[a].total_cmp(&mag[b]))
+        .unwrap_or(1);
+    let (a, b, c) = (mag[k - 1].ln(), mag[k].ln(), mag[k + 1].ln());
+    let delta = 0.5 * (a - c) / (a - 2.0 * b + c);
+    Ok((k as f64 + delta) * f64::from(sr) / n as f64)
 }
 
 #[cfg(test)]
