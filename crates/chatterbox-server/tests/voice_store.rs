@@ -23,6 +23,15 @@ fn config(dir: &Path) -> ServerConfig {
     c
 }
 
+/// A server on the voice library `dir` with `fakes` on one device.
+async fn serve_fakes(dir: &Path, fakes: &[&StoreFake]) -> TestServer {
+    let models: Vec<Box<dyn SpeechModel>> = fakes
+        .iter()
+        .map(|f| Box::new((*f).clone()) as Box<dyn SpeechModel>)
+        .collect();
+    TestServer::start(config(dir), vec![DeviceModels::loaded("fakes", models)]).await
+}
+
 /// A distinct clip: `secs` of a tone at `hz`, as a 16-bit WAV at 24 kHz.
 fn clip_wav(secs: f32, hz: f32) -> Vec<u8> {
     let n = (secs * 24_000.0) as usize;
@@ -161,12 +170,7 @@ async fn a_voice_uploaded_under_one_model_set_speaks_under_another_after_a_resta
     // another model set: Turbo one request at a time, multilingual in batches
     let turbo = StoreFake::new(ModelId::Turbo);
     let mtl = StoreFake::batching(ModelId::Multilingual, 3);
-    let models: Vec<Box<dyn SpeechModel>> = vec![Box::new(turbo.clone()), Box::new(mtl.clone())];
-    let s = TestServer::start(
-        config(dir.path()),
-        vec![DeviceModels::loaded("fakes", models)],
-    )
-    .await;
+    let s = serve_fakes(dir.path(), &[&turbo, &mtl]).await;
     let l = list(&s).await;
     assert_eq!(l["data"][0]["id"], "amy");
     assert_eq!(l["data"][0]["models"], json!(["chatterbox"]));
@@ -370,13 +374,7 @@ async fn the_flat_layout_is_still_read() {
     std::fs::write(&flat, "fake-voice chatterbox from-an-earlier-server").unwrap();
     let english = StoreFake::new(ModelId::English);
     let turbo = StoreFake::new(ModelId::Turbo);
-    let models: Vec<Box<dyn SpeechModel>> =
-        vec![Box::new(english.clone()), Box::new(turbo.clone())];
-    let s = TestServer::start(
-        config(dir.path()),
-        vec![DeviceModels::loaded("fakes", models)],
-    )
-    .await;
+    let s = serve_fakes(dir.path(), &[&english, &turbo]).await;
     let l = list(&s).await;
     assert_eq!(l["data"][0]["id"], "old");
     assert_eq!(l["data"][0]["models"], json!(["chatterbox"]));
