@@ -8,7 +8,7 @@ use chatterbox_pipeline::{
     Conditionals, GenerateOptions, PipelineError, Progress, S3GEN_SIL,
 };
 use chatterbox_testkit::fixtures_root;
-use fuzz_support::{checkpoint_dir, fixture_config, pipeline_fixture, ref_clip};
+use fuzz_support::{checkpoint_dir, english_model, fixture_config, pipeline_fixture, ref_clip};
 use std::path::PathBuf;
 
 fn fixture_dir() -> PathBuf {
@@ -17,14 +17,6 @@ fn fixture_dir() -> PathBuf {
 
 fn config(case: &str) -> ChatterboxConfig {
     serde_json::from_value(fixture_config(case)).unwrap()
-}
-
-fn english_model(name: &str) -> (ChatterboxTts, PathBuf) {
-    let dir = checkpoint_dir("english", name);
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
-        .unwrap();
-    (tts, dir)
 }
 
 fn small_opts() -> GenerateOptions {

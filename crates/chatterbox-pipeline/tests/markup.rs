@@ -6,19 +6,10 @@
 mod fuzz_support;
 
 use chatterbox_pipeline::{
-    ChatterboxTts, DType, Device, GenerateOptions, Lexicon, PipelineError, SentenceTiming,
-    StreamSchedule,
+    GenerateOptions, Lexicon, PipelineError, SentenceTiming, StreamSchedule,
 };
-use fuzz_support::{checkpoint_dir, ref_clip};
+use fuzz_support::english_model;
 use std::sync::Arc;
-
-fn english(name: &str) -> (ChatterboxTts, std::path::PathBuf) {
-    let dir = checkpoint_dir("english", name);
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
-        .unwrap();
-    (tts, dir)
-}
 
 fn opts(seed: u64) -> GenerateOptions {
     let mut o = GenerateOptions::english()
@@ -73,7 +64,7 @@ fn check_timings(captions: &[SentenceTiming], texts: &[&str], total: usize) {
 
 #[test]
 fn a_pause_is_exact_silence_between_the_sentences() {
-    let (tts, dir) = english("markup-pause");
+    let (tts, dir) = english_model("markup-pause");
     let o = opts(5);
     // each sentence alone, with the seed its place gives it (seed + index)
     let first = tts.generate("Hello there.", &o).unwrap().samples;
@@ -135,7 +126,7 @@ fn a_pause_is_exact_silence_between_the_sentences() {
 
 #[test]
 fn ssml_breaks_and_edges() {
-    let (tts, dir) = english("markup-ssml");
+    let (tts, dir) = english_model("markup-ssml");
     let o = opts(5);
     let a = tts.generate("Hello there.", &o).unwrap().samples.len();
     // a leading and a trailing pause: exact zeros at both ends, the sentence between them
@@ -187,7 +178,7 @@ fn ssml_breaks_and_edges() {
 
 #[test]
 fn a_lexicon_respells_words_but_never_markup() {
-    let (tts, dir) = english("markup-lexicon");
+    let (tts, dir) = english_model("markup-lexicon");
     let lexicon = Arc::new(Lexicon::parse("gif = jif\npause = paws").unwrap());
     let o = opts(5).with_lexicon(lexicon);
     // the same audio as the respelled text without a lexicon

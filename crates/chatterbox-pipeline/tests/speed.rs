@@ -7,25 +7,12 @@ mod fuzz_support;
 
 use chatterbox_dsp::stretch::{stretched_len, time_stretch};
 use chatterbox_pipeline::{
-    Audio, BatchOptions, ChatterboxTts, Conditionals, DType, Device, GenerateOptions,
-    PipelineError, SentenceTiming, StreamSchedule,
+    BatchOptions, ChatterboxTts, Conditionals, GenerateOptions, PipelineError, SentenceTiming,
+    StreamSchedule,
 };
-use fuzz_support::{checkpoint_dir, pipeline_fixture};
+use fuzz_support::english_model;
 
 const TEXT: &str = "Hello there. [pause 200ms] How are you?";
-
-fn english(name: &str) -> (ChatterboxTts, std::path::PathBuf) {
-    let dir = checkpoint_dir("english", name);
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    let wav = pipeline_fixture("english")["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    tts.prepare_conditionals_from_audio(&Audio::new(wav, 24_000), 0.5)
-        .unwrap();
-    (tts, dir)
-}
 
 /// The test's options at the default speed.
 fn plain() -> GenerateOptions {
@@ -69,7 +56,7 @@ fn collect(tts: &ChatterboxTts, o: &GenerateOptions) -> (Vec<f32>, Vec<SentenceT
 
 #[test]
 fn generate_at_a_speed_is_the_speed_one_output_stretched() {
-    let (tts, dir) = english("speed-generate");
+    let (tts, dir) = english_model("speed-generate");
     let (one, one_report) = tts
         .generate_with_report(TEXT, &opts(1.0), &mut |_| {})
         .unwrap();
@@ -104,7 +91,7 @@ fn generate_at_a_speed_is_the_speed_one_output_stretched() {
 
 #[test]
 fn a_stream_at_a_speed_is_its_speed_one_stream_stretched() {
-    let (tts, dir) = english("speed-stream");
+    let (tts, dir) = english_model("speed-stream");
     let (one, one_captions) = collect(&tts, &opts(1.0));
     for speed in [0.75, 2.5] {
         let (samples, captions) = collect(&tts, &opts(speed));
@@ -116,7 +103,7 @@ fn a_stream_at_a_speed_is_its_speed_one_stream_stretched() {
 
 #[test]
 fn a_batch_stretches_each_request_at_its_own_speed() {
-    let (tts, dir) = english("speed-batch");
+    let (tts, dir) = english_model("speed-batch");
     let voice: Conditionals = tts.conditionals().unwrap().clone();
     let (fast, slow) = (opts(2.0), opts(0.5));
     let requests: Vec<(&Conditionals, &str, &GenerateOptions)> =
@@ -142,7 +129,7 @@ fn a_batch_stretches_each_request_at_its_own_speed() {
 
 #[test]
 fn speeds_outside_the_range_are_errors() {
-    let (tts, dir) = english("speed-bad");
+    let (tts, dir) = english_model("speed-bad");
     for speed in [0.2, 4.5, 0.0, -1.0, f32::NAN, f32::INFINITY] {
         let o = opts(speed);
         let e = tts.generate("Hi.", &o).unwrap_err();

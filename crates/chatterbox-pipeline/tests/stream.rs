@@ -13,7 +13,7 @@ use chatterbox_pipeline::{
     SpeechStream, StreamSchedule, SPEECH_VOCAB_SIZE,
 };
 use chatterbox_testkit::fixtures_root;
-use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
+use fuzz_support::{checkpoint_dir, english_model, fixture_config, ref_clip};
 use std::sync::{Arc, Mutex};
 
 /// Every chunk of a stream, with the progress events seen when each arrived.
@@ -83,14 +83,6 @@ fn snr_db(want: &[f32], got: &[f32]) -> f64 {
     10.0 * (s / n.max(1e-30)).log10()
 }
 
-fn english() -> (ChatterboxTts, std::path::PathBuf) {
-    let dir = checkpoint_dir("english", "stream-en");
-    let mut tts = ChatterboxTts::from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
-        .unwrap();
-    (tts, dir)
-}
-
 fn english_opts() -> GenerateOptions {
     let mut o = GenerateOptions::english()
         .with_seed(11)
@@ -101,7 +93,7 @@ fn english_opts() -> GenerateOptions {
 
 #[test]
 fn english_streams_token_by_token_like_generate() {
-    let (tts, dir) = english();
+    let (tts, dir) = english_model("stream-en");
     let o = english_opts();
     let text = "Hello there.";
     let run = collect(tts.stream(text, &o).unwrap());
@@ -154,7 +146,7 @@ fn english_streams_token_by_token_like_generate() {
 
 #[test]
 fn long_text_streams_sentence_after_sentence() {
-    let (tts, dir) = english();
+    let (tts, dir) = english_model("stream-en");
     let mut o = english_opts();
     o.max_new_tokens = 12;
     o.max_chunk_chars = 12;
@@ -233,7 +225,7 @@ fn multilingual_drops_the_last_tokens_audio_as_generate() {
 
 #[test]
 fn stopping_early_and_errors() {
-    let (mut tts, dir) = english();
+    let (mut tts, dir) = english_model("stream-en");
     let o = english_opts();
     // Taking the first chunk runs only the steps it needs; dropping the rest stops there.
     let mut s = tts.stream("Hello there.", &o).unwrap();
@@ -281,7 +273,7 @@ fn models_are_send_and_sync_and_stream_from_threads() {
     send_sync::<ChatterboxTurboTts>();
     fn send<T: Send>() {}
     send::<SpeechStream<'static>>();
-    let (tts, dir) = english();
+    let (tts, dir) = english_model("stream-en");
     let o = english_opts();
     let solo = joined(&collect(tts.stream("Hello there.", &o).unwrap()));
     std::thread::scope(|s| {

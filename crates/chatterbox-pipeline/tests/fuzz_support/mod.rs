@@ -35,6 +35,21 @@ pub fn ref_clip(min_samples: usize) -> chatterbox_pipeline::Audio {
     chatterbox_pipeline::Audio::new(long, 24_000)
 }
 
+/// The english case's tiny checkpoint as the directory `name` and the model loaded from it,
+/// speaking in [`ref_clip`]'s voice: where most behaviour tests start.
+pub fn english_model(name: &str) -> (chatterbox_pipeline::ChatterboxTts, PathBuf) {
+    let dir = checkpoint_dir("english", name);
+    let mut tts = chatterbox_pipeline::ChatterboxTts::from_dir(
+        &dir,
+        &Device::Cpu,
+        chatterbox_pipeline::DType::F32,
+    )
+    .unwrap();
+    tts.prepare_conditionals_from_audio(&ref_clip(0), 0.5)
+        .unwrap();
+    (tts, dir)
+}
+
 /// The `chatterbox` part of a pipeline fixture's metadata: the tiny model's configuration.
 pub fn fixture_config(case: &str) -> serde_json::Value {
     let meta: serde_json::Value = serde_json::from_str(
