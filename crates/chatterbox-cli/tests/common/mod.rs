@@ -112,6 +112,13 @@ pub fn ok(o: &Output) -> R<()> {
     Ok(())
 }
 
+/// The error message of a run that failed and wrote no `out`.
+pub fn refused(o: &Output, out: &Path) -> String {
+    assert!(!o.status.success(), "{} succeeded", out.display());
+    assert!(!out.exists(), "{} was written", out.display());
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap_or_default()
 }
