@@ -145,3 +145,20 @@ def patched(obj, name, value):
         yield
     finally:
         setattr(obj, name, old)
+
+
+def perturb_(module, seed=1234, scale=0.1):
+    """tiny_configs.perturb_: move every float tensor of `module` away from its identity init,
+    deterministically (LayerNorm gains, biases, the meanflow time mixer's diagonal), so a port
+    that drops one fails (the flow and T3 recorders; the S3Tokenizer, speaker and vocoder ones
+    keep variants that spare or set some of their tensors)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(module.state_dict(keep_vars=True).items()):
+            if not t.dtype.is_floating_point:
+                continue
+            if t.dim() == 1 and name.endswith("weight"):
+                t.copy_(1.0 + torch.randn(t.shape, generator=g) * scale)
+            else:
+                t.add_(torch.randn(t.shape, generator=g) * scale * (t.std() if t.numel() > 1 else 1.0))
+    return module

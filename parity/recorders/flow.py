@@ -57,7 +57,7 @@ from chatterbox.models.s3gen.flow import CausalMaskedDiffWithXvec
 from chatterbox.models.s3gen.flow_matching import CausalConditionalCFM
 from chatterbox.models.s3gen.transformer.upsample_encoder import (
     PreLookaheadLayer, Upsample1D, UpsampleConformerEncoder)
-from common import exact, patched, rel_tol
+from common import exact, patched, perturb_, rel_tol
 
 COMPONENT = "flow"
 
@@ -76,21 +76,6 @@ FULL_ENCODER = dict(input_size=512, output_size=512, attention_heads=8, linear_u
 FULL_DECODER = dict(in_channels=320, out_channels=80, causal=True, channels=[256], attention_head_dim=64,
                     n_blocks=4, num_mid_blocks=12, num_heads=8, act_fn="gelu")
 CFM = dict(inference_cfg_rate=CFM_PARAMS.inference_cfg_rate, t_scheduler=CFM_PARAMS.t_scheduler)
-
-
-def perturb_(module, seed=1234, scale=0.1):
-    """tiny_configs.perturb_: move every float tensor away from its identity init,
-    deterministically (LayerNorm gains, biases, the meanflow time mixer's diagonal)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in list(module.state_dict(keep_vars=True).items()):
-            if not t.dtype.is_floating_point:
-                continue
-            if t.dim() == 1 and name.endswith("weight"):
-                t.copy_(1.0 + torch.randn(t.shape, generator=g) * scale)
-            else:
-                t.add_(torch.randn(t.shape, generator=g) * scale * (t.std() if t.numel() > 1 else 1.0))
-    return module
 
 
 def build_encoder(cfg):

@@ -33,7 +33,7 @@ from transformers.generation.logits_process import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
-from common import exact, patched, rel_tol
+from common import exact, patched, perturb_, rel_tol
 
 COMPONENT = "t3"
 
@@ -61,20 +61,6 @@ LLAMA_CONFIGS["Llama_tiny_t3_mtl"] = TINY_LLAMA_MTL
 LLAMA_CONFIGS["GPT2_tiny_t3"] = TINY_GPT2
 
 UNUSED_KEYS = ("text_head.weight", "tfmr.embed_tokens.weight", "tfmr.wte.weight")
-
-
-def perturb_(module, seed=1234, scale=0.1):
-    """tiny_configs.perturb_: move every float tensor away from its identity init."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in list(module.state_dict(keep_vars=True).items()):
-            if not t.dtype.is_floating_point:
-                continue
-            if t.dim() == 1 and name.endswith("weight"):
-                t.copy_(1.0 + torch.randn(t.shape, generator=g) * scale)
-            else:
-                t.add_(torch.randn(t.shape, generator=g) * scale * (t.std() if t.numel() > 1 else 1.0))
-    return module
 
 
 def state_dict(t3):
