@@ -73,6 +73,12 @@ def test_two_threads_generate_at_once(offline_cache):
         np.testing.assert_array_equal(got, want)
 
 
+# Ctrl-C raises KeyboardInterrupt, as in an interactive Python: a process started with SIGINT
+# ignored (a background job of a non-interactive shell, as CI may be) keeps it ignored, and
+# Python then installs no handler of its own, so the tests set it.
+CTRL_C_RAISES = "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def test_ctrl_c_interrupts_a_generation(offline_cache):
     # A long generation (400 tokens in each of many sentences) interrupted by SIGINT after 1 s: the
     # call raises KeyboardInterrupt at once, and the process goes on.
@@ -81,6 +87,7 @@ def test_ctrl_c_interrupts_a_generation(offline_cache):
         "from chatterbox_rs.tts import ChatterboxTTS\n"
         "m = ChatterboxTTS.from_pretrained('cpu')\n"
         "text = ' '.join(['This sentence is one of many in a long text.'] * 40)\n"
+        f"{CTRL_C_RAISES}"
         "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
         "t0 = time.time()\n"
         "try:\n"
@@ -110,6 +117,7 @@ def test_ctrl_c_interrupts_streams_and_batches(offline_cache, call):
         "from chatterbox_rs.tts import ChatterboxTTS\n"
         "m = ChatterboxTTS.from_pretrained('cpu')\n"
         "text = ' '.join(['This sentence is one of many in a long text.'] * 40)\n"
+        f"{CTRL_C_RAISES}"
         "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
         "t0 = time.time()\n"
         "try:\n"
