@@ -2,29 +2,14 @@
 //! audio of `--quantize` on the full-precision folder, exactly; missing, damaged and
 //! already-quantized inputs, a taken output and a format nothing fits are clear errors that
 //! leave no folder, half-written or whole.
-use candle_core::{DType, Device, Tensor};
-use std::collections::HashMap;
+mod common;
+
+use common::{chatterbox, english_setup, p, R};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-type R<T> = anyhow::Result<T>;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../parity/fixtures")
-}
-
-/// The tensors under `prefix` (prefix removed) saved to `path`.
-fn write_part(t: &HashMap<String, Tensor>, prefix: &str, path: &Path) -> R<()> {
-    let part: HashMap<String, Tensor> = t
-        .iter()
-        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-        .collect();
-    anyhow::ensure!(!part.is_empty(), "no tensor under {prefix}");
-    Ok(candle_core::safetensors::save(&part, path)?)
-}
+use std::process::Output;
 
 /// The pipeline's tiny English case as a checkpoint folder `root/ckpt` (8 wide: only bf16
-/// fits its projections), and its reference clip.
+/// fits its projections), and its reference clip `root/ref.wav`.
 struct Setup {
     root: tempfile::TempDir,
     dir: PathBuf,
@@ -33,52 +18,8 @@ struct Setup {
 
 fn setup() -> R<Setup> {
     let root = tempfile::tempdir()?;
-    let dir = root.path().join("ckpt");
-    std::fs::create_dir(&dir)?;
-    let path = fixtures().join("pipeline/english.safetensors");
-    let t = candle_core::safetensors::load(&path, &Device::Cpu)?;
-    write_part(&t, "t3.", &dir.join("t3_cfg.safetensors"))?;
-    write_part(&t, "ve.", &dir.join("ve.safetensors"))?;
-    write_part(&t, "s3gen.", &dir.join("s3gen.safetensors"))?;
-    std::fs::copy(
-        fixtures().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )?;
-    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        fixtures().join("pipeline/english.json"),
-    )?)?;
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&fx["config"]["chatterbox"])?,
-    )?;
-    let clip = t
-        .get("in.ref_24k")
-        .ok_or_else(|| anyhow::anyhow!("no reference clip"))?
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    let ref_wav = root.path().join("ref.wav");
-    chatterbox_dsp::audio::write_wav(
-        &ref_wav,
-        &chatterbox_dsp::Audio::new(clip, 24_000),
-        chatterbox_dsp::WavFormat::Float32,
-    )?;
+    let (dir, ref_wav) = english_setup(root.path())?;
     Ok(Setup { root, dir, ref_wav })
-}
-
-fn chatterbox(args: &[&str]) -> R<Output> {
-    Ok(Command::new(env!("CARGO_BIN_EXE_chatterbox"))
-        .env("CHATTERBOX_NO_WATERMARK", "1")
-        .env_remove("CHATTERBOX_MODEL_DIR")
-        .env_remove("CHATTERBOX_QUANTIZE")
-        .env_remove("RUST_LOG")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()?)
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap_or_default()
 }
 
 fn stderr(o: &Output) -> String {

@@ -1,5 +1,5 @@
 //! Shared by the `chatterbox` binary's test programs (`cli.rs`, `captions.rs`, `speed.rs`,
-//! `serve.rs` and `e2e/`): the tiny random checkpoints of the committed pipeline fixtures in
+//! `serve.rs`, `quantize.rs` and `e2e/`): the tiny random checkpoints of the committed pipeline fixtures in
 //! the hub layout, their clips as WAV files, and runs of the binary.
 // each test program uses a part of this module
 #![allow(dead_code)]
@@ -86,13 +86,14 @@ pub fn english_setup(tmp: &Path) -> R<(PathBuf, PathBuf)> {
     Ok((dir, ref_wav))
 }
 
-/// The `chatterbox` binary with `args`, without a watermark, with no model folder or log
-/// filter from the environment and nothing on stdin.
+/// The `chatterbox` binary with `args`, without a watermark, with no model folder, weight
+/// format or log filter from the environment and nothing on stdin.
 pub fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_chatterbox"));
     cmd.env("CHATTERBOX_NO_WATERMARK", "1")
         .args(args)
         .env_remove("CHATTERBOX_MODEL_DIR")
+        .env_remove("CHATTERBOX_QUANTIZE")
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null());
     cmd
