@@ -281,7 +281,7 @@ impl TopKLogitsWarper {
     /// aside, which top-p's result does not depend on). Same result as the two in a row.
     ///
     /// On CUDA (f32, `top_p < 1`) this is one kernel without a sort:
-    /// [`super::cuda_top_k_top_p`].
+    /// `sampling/cuda_top_k_top_p.rs` (a private module, so no link).
     pub fn then_top_p(&self, top_p: &TopPLogitsWarper, scores: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if top_p.cumsum.is_some() && super::cuda_top_k_top_p::applies(scores) {
