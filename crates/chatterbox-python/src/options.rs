@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// The keywords understood, each with what it sets.
-pub const KEYWORDS: [&str; 12] = [
+pub const KEYWORDS: [&str; 13] = [
     "exaggeration",
     "cfg_weight",
     "temperature",
@@ -20,6 +20,7 @@ pub const KEYWORDS: [&str; 12] = [
     "max_new_tokens",
     "n_cfm_timesteps",
     "greedy",
+    "speed",
 ];
 
 fn value<'py>(d: &Bound<'py, PyDict>, key: &str) -> Result<Option<Bound<'py, PyAny>>> {
@@ -85,6 +86,9 @@ pub fn generate_options(mut o: GenerateOptions, d: &Bound<'_, PyDict>) -> Result
     }
     if let Some(x) = count(d, "n_cfm_timesteps")? {
         o.n_cfm_timesteps = Some(x);
+    }
+    if let Some(x) = float(d, "speed")? {
+        o.speed = x;
     }
     if let Some(v) = value(d, "greedy")? {
         o.greedy = v.is_truthy().map_err(Error::Python)?;

@@ -1,5 +1,6 @@
 """What the package does beyond equality: the reference's attributes, tensors or NumPy,
 threads generating at once, Ctrl-C, and the exceptions bad inputs raise."""
+import math
 import os
 import threading
 
@@ -189,6 +190,22 @@ def test_bad_options_and_text(offline_cache):
         model.generate("Hi.", top_p=1.5)
     with pytest.raises(ValueError, match="empty"):
         model.generate("   ")
+
+
+def test_speed(offline_cache):
+    # speed= (beyond the reference, as the server's and the CLI's): the same speech played that
+    # many times faster at the same pitch, exactly round(n / speed) samples; streamed too.
+    model = english(offline_cache)
+    one = model.generate("Hello there.", seed=3, max_new_tokens=20).numpy()
+    n = one.shape[1]
+    for speed in (2.0, 0.5):
+        w = model.generate("Hello there.", seed=3, max_new_tokens=20, speed=speed).numpy()
+        assert w.shape == (1, math.floor(n / speed + 0.5)), (speed, w.shape, n)
+        assert np.isfinite(w).all() and np.abs(w).max() > 0
+    chunks = list(model.stream("Hello there.", seed=3, max_new_tokens=20, speed=2.0))
+    assert sum(len(c) for c in chunks) > 0
+    with pytest.raises(ValueError, match="speed"):
+        model.generate("Hi.", speed=4.5)
 
 
 def test_wrong_language(offline_cache):

@@ -74,7 +74,7 @@ class TtsBase:
     """What the three text-to-speech classes share: the native model behind them, its
     loading, and the three ways to call it. Each class keeps the reference's own signatures
     and defaults and passes its arguments (``locals()``) on; ``_OPTIONS`` names those the
-    native side takes, besides ``seed`` and ``max_new_tokens``."""
+    native side takes, besides ``seed``, ``max_new_tokens`` and ``speed``."""
 
     ENC_COND_LEN = 6 * S3_SR
     DEC_COND_LEN = 10 * S3GEN_SR
@@ -105,7 +105,10 @@ class TtsBase:
         """The native side's options from one call's arguments (its ``locals()``)."""
         picked = {k: args[k] for k in self._OPTIONS if k in args}
         return options(
-            **picked, seed=seed_for_call(args["seed"]), max_new_tokens=args["max_new_tokens"]
+            **picked,
+            seed=seed_for_call(args["seed"]),
+            max_new_tokens=args["max_new_tokens"],
+            speed=args["speed"],
         )
 
     def _generate(self, text, args):

@@ -50,7 +50,7 @@ class ChatterboxMultilingualTTS(TtsBase):
 
     def generate(self, text, language_id, audio_prompt_path=None, exaggeration=0.5, cfg_weight=0.5,
                  temperature=0.8, repetition_penalty=1.2, min_p=0.05, top_p=1.0, *, seed=None,
-                 max_new_tokens=None):
+                 max_new_tokens=None, speed=1.0):
         """Speech for ``text`` in ``language_id`` as a (1, N) float32 tensor at ``self.sr``."""
         _check_language(language_id)
         if audio_prompt_path:
@@ -58,14 +58,15 @@ class ChatterboxMultilingualTTS(TtsBase):
         return self._generate(text, locals())
 
     def stream(self, text, language_id, exaggeration=0.5, cfg_weight=0.5, temperature=0.8,
-               repetition_penalty=1.2, min_p=0.05, top_p=1.0, *, seed=None, max_new_tokens=None):
+               repetition_penalty=1.2, min_p=0.05, top_p=1.0, *, seed=None, max_new_tokens=None,
+               speed=1.0):
         """``text`` streamed as it is generated: an iterator of 1-D float32 NumPy chunks."""
         _check_language(language_id)
         return self._stream(text, locals())
 
     def generate_many(self, texts, language_id, exaggeration=0.5, cfg_weight=0.5, temperature=0.8,
                       repetition_penalty=1.2, min_p=0.05, top_p=1.0, *, seed=None,
-                      max_new_tokens=None):
+                      max_new_tokens=None, speed=1.0):
         """Several texts at once through continuous batching: a list of (1, N) tensors."""
         _check_language(language_id)
         return self._generate_many(texts, locals())

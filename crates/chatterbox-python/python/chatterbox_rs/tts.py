@@ -27,20 +27,21 @@ class ChatterboxTTS(TtsBase):
 
     def generate(self, text, repetition_penalty=1.2, min_p=0.05, top_p=1.0, audio_prompt_path=None,
                  exaggeration=0.5, cfg_weight=0.5, temperature=0.8, *, seed=None,
-                 max_new_tokens=None):
+                 max_new_tokens=None, speed=1.0):
         """Speech for ``text`` as a (1, N) float32 tensor at ``self.sr``."""
         if audio_prompt_path:
             self.prepare_conditionals(audio_prompt_path, exaggeration=exaggeration)
         return self._generate(text, locals())
 
     def stream(self, text, repetition_penalty=1.2, min_p=0.05, top_p=1.0, exaggeration=0.5,
-               cfg_weight=0.5, temperature=0.8, *, seed=None, max_new_tokens=None):
+               cfg_weight=0.5, temperature=0.8, *, seed=None, max_new_tokens=None, speed=1.0):
         """``text`` streamed as it is generated: an iterator of 1-D float32 NumPy chunks at
         ``self.sr``, the first after the first chunk of speech tokens."""
         return self._stream(text, locals())
 
     def generate_many(self, texts, repetition_penalty=1.2, min_p=0.05, top_p=1.0, exaggeration=0.5,
-                      cfg_weight=0.5, temperature=0.8, *, seed=None, max_new_tokens=None):
+                      cfg_weight=0.5, temperature=0.8, *, seed=None, max_new_tokens=None,
+                      speed=1.0):
         """Several texts at once through continuous batching (one batched T3 step for all):
         a list of (1, N) tensors, in order. Each equals ``stream``'s audio for its text."""
         return self._generate_many(texts, locals())

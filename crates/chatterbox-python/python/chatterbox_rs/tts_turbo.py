@@ -65,7 +65,7 @@ class ChatterboxTurboTTS(TtsBase):
 
     def generate(self, text, repetition_penalty=1.2, min_p=0.00, top_p=0.95,
                  audio_prompt_path=None, exaggeration=0.0, cfg_weight=0.0, temperature=0.8,
-                 top_k=1000, norm_loudness=True, *, seed=None, max_new_tokens=None):
+                 top_k=1000, norm_loudness=True, *, seed=None, max_new_tokens=None, speed=1.0):
         """Speech for ``text`` as a (1, N) float32 tensor at ``self.sr``."""
         if audio_prompt_path:
             self.prepare_conditionals(
@@ -75,11 +75,11 @@ class ChatterboxTurboTTS(TtsBase):
         return self._generate(text, locals())
 
     def stream(self, text, repetition_penalty=1.2, top_p=0.95, temperature=0.8, top_k=1000, *,
-               seed=None, max_new_tokens=None):
+               seed=None, max_new_tokens=None, speed=1.0):
         """``text`` streamed as it is generated: an iterator of 1-D float32 NumPy chunks."""
         return self._stream(text, locals())
 
     def generate_many(self, texts, repetition_penalty=1.2, top_p=0.95, temperature=0.8, top_k=1000,
-                      *, seed=None, max_new_tokens=None):
+                      *, seed=None, max_new_tokens=None, speed=1.0):
         """Several texts at once through continuous batching: a list of (1, N) tensors."""
         return self._generate_many(texts, locals())
