@@ -113,6 +113,7 @@ fn zip_entries(
     let eocd_at = file_len - tail_len + eocd as u64;
     let field = |at: usize, n: usize| le(&tail, eocd + at, n).unwrap_or(0);
     let (mut count, mut cd_size, mut cd_at) = (field(10, 2), field(12, 4), field(16, 4));
+    let eocd_count = count;
     if eocd_at >= 20 {
         let locator = read_at(eocd_at - 20, 20)?;
         if le(&locator, 0, 4) == Some(0x0706_4b50) {
@@ -122,6 +123,15 @@ fn zip_entries(
             }
             let f = |at| le(&z, at, 8).unwrap_or(0);
             (count, cd_size, cd_at) = (f(32), f(40), f(48));
+            // Readers differ in which count they believe (the zip crate under candle found
+            // entries where a zero ZIP64 count hid them all from this check): both records
+            // and both of the ZIP64 record's counts must agree.
+            if f(24) != count || (eocd_count != 0xffff && eocd_count != count) {
+                return Err(format!(
+                    "zip end records disagree on the entry count ({eocd_count}, {}, {count})",
+                    f(24)
+                ));
+            }
         }
     }
     // Every central record takes at least 46 bytes: a count beyond that is a lie.
@@ -166,6 +176,13 @@ fn zip_entries(
             offset,
         });
         at += 46 + n + x + c;
+    }
+    // Records the count leaves out would be read by another reader and not checked here.
+    if at != cd.len() {
+        return Err(format!(
+            "zip central directory of {cd_size} bytes holds more than the {count} entries \
+             its end record counts"
+        ));
     }
     Ok(entries)
 }

@@ -486,6 +486,49 @@ fn hostile_conds_pt_are_named_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The committed voice (11 entries) with the entry counts of its end records set: the plain
+/// one's two to `plain`, the ZIP64 one's to `on_disk` and `total`. A file libFuzzer found
+/// (`fuzz/`, target `conds_pt`) hid its pickle from the torch file check with a zero ZIP64
+/// count while candle's zip reader still found it, and read a 4 GiB string length from it.
+fn zip_counts(plain: u16, on_disk: u64, total: u64) -> Vec<u8> {
+    let mut b = conds_pt();
+    let at = |b: &[u8], sig: &[u8]| b.windows(4).rposition(|w| w == sig).unwrap();
+    let z = at(&b, b"PK\x06\x06");
+    b[z + 24..z + 32].copy_from_slice(&on_disk.to_le_bytes());
+    b[z + 32..z + 40].copy_from_slice(&total.to_le_bytes());
+    let e = at(&b, b"PK\x05\x06");
+    b[e + 8..e + 10].copy_from_slice(&plain.to_le_bytes());
+    b[e + 10..e + 12].copy_from_slice(&plain.to_le_bytes());
+    b
+}
+
+#[test]
+fn zip_entry_counts_that_hide_entries_are_refused() {
+    let dir = temp_dir("zip-count");
+    let path = dir.join("conds.pt");
+    std::fs::write(&path, zip_counts(11, 11, 11)).unwrap();
+    Conditionals::load(&path, &Device::Cpu).unwrap();
+    for (plain, on_disk, total, want) in [
+        (11, 4107, 0, "disagree on the entry count"),
+        (11, 0, 0, "disagree on the entry count"),
+        (11, 3, 3, "disagree on the entry count"),
+        (10, 10, 10, "holds more than the 10 entries"),
+        (0xffff, 0, 0, "holds more than the 0 entries"),
+    ] {
+        std::fs::write(&path, zip_counts(plain, on_disk, total)).unwrap();
+        match Conditionals::load(&path, &Device::Cpu) {
+            Err(e @ PipelineError::InvalidConditionals { .. }) => {
+                assert!(
+                    e.to_string().contains(want),
+                    "{plain}/{on_disk}/{total}: {e}"
+                )
+            }
+            other => panic!("{plain}/{on_disk}/{total}: {:?}", other.map(|_| ())),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn hostile_torch_checkpoints_are_named_errors() {
     // the multilingual layout: `ve.pt` and `s3gen.pt`, torch files read through the same
