@@ -3,51 +3,13 @@
 //! take) written with T3 in bf16, loaded with `from_dir`, speaks what `with_t3_format(Bf16)`
 //! on the original speaks, exactly.
 #![allow(clippy::unwrap_used, clippy::panic)] // a failing unwrap is a failing test
+mod fuzz_support;
+
 use chatterbox_pipeline::{
     write_quantized_checkpoint, Audio, ChatterboxConfig, ChatterboxTts, DType, Device,
     GenerateOptions, MultilingualT3, PipelineError, Variant, WeightFormat,
 };
-use chatterbox_testkit::fixtures_root;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-/// The English fixture as a checkpoint directory `root/ckpt` with its config sidecar, and its
-/// reference clip.
-fn english_dir(root: &Path) -> (PathBuf, Audio) {
-    let fx = fixtures_root().join("pipeline");
-    let dir = root.join("ckpt");
-    std::fs::create_dir_all(&dir).unwrap();
-    let t = candle_core::safetensors::load(fx.join("english.safetensors"), &Device::Cpu).unwrap();
-    for (prefix, file) in [
-        ("t3.", "t3_cfg.safetensors"),
-        ("ve.", "ve.safetensors"),
-        ("s3gen.", "s3gen.safetensors"),
-    ] {
-        let part: HashMap<String, candle_core::Tensor> = t
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone())))
-            .collect();
-        candle_core::safetensors::save(&part, dir.join(file)).unwrap();
-    }
-    std::fs::copy(
-        fixtures_root().join("text/assets/en/tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fx.join("english.json")).unwrap()).unwrap();
-    std::fs::write(
-        dir.join(chatterbox_pipeline::CONFIG_FILE),
-        serde_json::to_string(&meta["config"]["chatterbox"]).unwrap(),
-    )
-    .unwrap();
-    let wav = t["in.ref_24k"]
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    (dir, Audio::new(wav, 24_000))
-}
+use fuzz_support::{checkpoint_dir, ref_clip, temp_dir};
 
 fn speak(mut tts: ChatterboxTts, clip: &Audio) -> Vec<f32> {
     tts.prepare_conditionals_from_audio(clip, 0.5).unwrap();
@@ -58,10 +20,8 @@ fn speak(mut tts: ChatterboxTts, clip: &Audio) -> Vec<f32> {
 
 #[test]
 fn a_bf16_folder_loads_as_stored_and_speaks_as_converting_at_load() {
-    let root =
-        std::env::temp_dir().join(format!("chatterbox-pipeline-qckpt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let (dir, clip) = english_dir(&root);
+    let (dir, clip) = (checkpoint_dir("english", "qckpt"), ref_clip(0));
+    let root = temp_dir("qckpt-out");
     let cfg = ChatterboxConfig::from_dir_or(&dir, ChatterboxConfig::english()).unwrap();
     let out = root.join("bf16");
     let v2 = MultilingualT3::V2;
@@ -111,4 +71,5 @@ fn a_bf16_folder_loads_as_stored_and_speaks_as_converting_at_load() {
     );
     assert!(out.join("t3_cfg.gguf").is_file());
     let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&dir);
 }
