@@ -2,9 +2,7 @@
 //! checkpoint file and a 256-wide Llama (wide enough for 4-bit blocks), against f32.
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarBuilder;
-use chatterbox_t3::{
-    BackboneConfig, GenerateOptions, LlamaConfig, Sampling, T3Config, T3Error, WeightFormat, T3,
-};
+use chatterbox_t3::{GenerateOptions, Sampling, T3Config, T3Error, WeightFormat, T3};
 use std::collections::HashMap;
 
 #[path = "common/fixtures.rs"]
@@ -42,46 +40,9 @@ fn logits(t3: &T3, ce: &Tensor, text: &[u32], speech: &[u32]) -> R<Tensor> {
     Ok(t3.speech_logits(&hidden.narrow(1, t - speech.len(), speech.len())?)?)
 }
 
-/// Deterministic values in about [-a, a] (a fixed hash of the index), `shape`.
-fn fixed(shape: &[usize], a: f32, salt: u64) -> R<Tensor> {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
-            x ^= x >> 29;
-            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            x ^= x >> 32;
-            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect();
-    Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
-}
-
-/// A 2-layer Llama T3 256 wide with fixed pseudo-random weights (uniform, std 0.02).
+/// The 2-layer Llama T3 256 wide of [`random_weights::wide_llama_weights`].
 fn wide_llama() -> R<T3> {
-    let mut hp = T3Config::english_only();
-    hp.backbone = BackboneConfig::Llama(LlamaConfig {
-        hidden_size: 256,
-        intermediate_size: 512,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 4,
-        head_dim: 64,
-        ..LlamaConfig::llama_520m()
-    });
-    hp.perceiver.embedding_dim = 256;
-    hp.perceiver.pre_attention_query_size = 256;
-    let mut m = HashMap::new();
-    for (i, (k, s)) in random_weights::tensor_shapes(&hp).into_iter().enumerate() {
-        let t = if s.len() == 1 && k.ends_with("weight") {
-            Tensor::ones(s, DType::F32, &Device::Cpu)?
-        } else if s.len() == 1 {
-            Tensor::zeros(s, DType::F32, &Device::Cpu)?
-        } else {
-            fixed(&s, 0.0346, i as u64)?
-        };
-        m.insert(k, t);
-    }
+    let (hp, m) = random_weights::wide_llama_weights()?;
     Ok(T3::new(
         &hp,
         VarBuilder::from_tensors(m, DType::F32, &Device::Cpu),
@@ -135,7 +96,7 @@ fn the_exact_format_changes_nothing() -> R<()> {
 fn every_format_on_a_wide_llama_against_f32() -> R<()> {
     let t3 = wide_llama()?;
     let ce = t3.prepare_conditioning(
-        &chatterbox_t3::T3Cond::new(fixed(&[1, 256], 0.1, 99)?)
+        &chatterbox_t3::T3Cond::new(random_weights::fixed(&[1, 256], 0.1, 99)?)
             .with_prompt(Tensor::new(&[[3u32, 40, 500, 7, 6000, 12]], &Device::Cpu)?),
     )?;
     let text = t3.pad_text_tokens(&[20, 21, 22, 300, 41, 7]);
@@ -199,7 +160,7 @@ fn batched_requests_with_q8_weights_draw_their_solo_tokens() -> R<()> {
     let mut t3 = wide_llama()?;
     t3.quantize(WeightFormat::Q8)?;
     let ce = t3.prepare_conditioning(
-        &chatterbox_t3::T3Cond::new(fixed(&[1, 256], 0.1, 98)?)
+        &chatterbox_t3::T3Cond::new(random_weights::fixed(&[1, 256], 0.1, 98)?)
             .with_prompt(Tensor::new(&[[3u32, 40, 500, 7]], &Device::Cpu)?),
     )?;
     let texts: Vec<Vec<u32>> = (0..3u32)

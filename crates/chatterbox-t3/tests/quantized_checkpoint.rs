@@ -2,8 +2,7 @@
 //! model is the in-memory [`T3::quantize`] model exactly (the tiny English and Turbo fixtures,
 //! and a 256-wide Llama for 4-bit blocks), and damaged or mismatched files are typed errors.
 use candle_core::{DType, Device, Tensor};
-use chatterbox_t3::{BackboneConfig, LlamaConfig, T3Cond, T3Config, T3Error, WeightFormat, T3};
-use std::collections::HashMap;
+use chatterbox_t3::{T3Cond, T3Config, T3Error, WeightFormat, T3};
 use std::path::{Path, PathBuf};
 
 #[path = "common/fixtures.rs"]
@@ -151,47 +150,10 @@ fn english_q8_and_turbo_q8_files_load_to_the_in_memory_models() -> R<()> {
     Ok(())
 }
 
-/// Deterministic values in about [-a, a] (a fixed hash of the index), `shape`.
-fn fixed(shape: &[usize], a: f32, salt: u64) -> R<Tensor> {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n as u64)
-        .map(|i| {
-            let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
-            x ^= x >> 29;
-            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            x ^= x >> 32;
-            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect();
-    Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
-}
-
-/// A 2-layer Llama T3 256 wide (wide enough for q4's blocks) with fixed pseudo-random
-/// weights, saved as a checkpoint file.
+/// The 2-layer Llama T3 256 wide of [`random_weights::wide_llama_weights`] (wide enough for
+/// q4's blocks), saved as a checkpoint file.
 fn wide_llama_file(path: &Path) -> R<T3Config> {
-    let mut hp = T3Config::english_only();
-    hp.backbone = BackboneConfig::Llama(LlamaConfig {
-        hidden_size: 256,
-        intermediate_size: 512,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 4,
-        head_dim: 64,
-        ..LlamaConfig::llama_520m()
-    });
-    hp.perceiver.embedding_dim = 256;
-    hp.perceiver.pre_attention_query_size = 256;
-    let mut m = HashMap::new();
-    for (i, (k, s)) in random_weights::tensor_shapes(&hp).into_iter().enumerate() {
-        let t = if s.len() == 1 && k.ends_with("weight") {
-            Tensor::ones(s, DType::F32, &Device::Cpu)?
-        } else if s.len() == 1 {
-            Tensor::zeros(s, DType::F32, &Device::Cpu)?
-        } else {
-            fixed(&s, 0.0346, i as u64)?
-        };
-        m.insert(k, t);
-    }
+    let (hp, m) = random_weights::wide_llama_weights()?;
     candle_core::safetensors::save(&m, path)?;
     Ok(hp)
 }
@@ -203,7 +165,7 @@ fn q4_and_bf16_files_of_a_wide_llama_load_to_the_in_memory_models() -> R<()> {
     let hp = wide_llama_file(&src)?;
     let f32 = T3::load_with_config(&hp, &[&src], DType::F32, &Device::Cpu)?;
     let ce = f32.prepare_conditioning(
-        &T3Cond::new(fixed(&[1, 256], 0.1, 99)?)
+        &T3Cond::new(random_weights::fixed(&[1, 256], 0.1, 99)?)
             .with_prompt(Tensor::new(&[[3u32, 40, 500, 7, 6000, 12]], &Device::Cpu)?),
     )?;
     let text = f32.pad_text_tokens(&[20, 21, 22, 300, 41, 7]);

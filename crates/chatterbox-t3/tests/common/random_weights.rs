@@ -2,7 +2,7 @@
 //! the CUDA-graph test (included with `#[path]`; not a test target of its own).
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use chatterbox_t3::{BackboneConfig, T3Config, T3};
+use chatterbox_t3::{BackboneConfig, LlamaConfig, T3Config, T3};
 use std::collections::HashMap;
 
 /// `(key, shape)` of every tensor T3 loads for `hp` (the real checkpoint names).
@@ -105,4 +105,50 @@ pub fn random_t3(hp: &T3Config, dtype: DType, dev: &Device) -> candle_core::Resu
     }
     T3::new(hp, VarBuilder::from_tensors(m, dtype, dev))
         .map_err(|e| candle_core::Error::Msg(e.to_string()))
+}
+
+/// Deterministic values in about [-a, a] (a fixed hash of the index), `shape`.
+#[allow(dead_code)] // the quantized tests' (the benches and CUDA tests include this file too)
+pub fn fixed(shape: &[usize], a: f32, salt: u64) -> candle_core::Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n as u64)
+        .map(|i| {
+            let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+            x ^= x >> 29;
+            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x ^= x >> 32;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu)
+}
+
+/// A 2-layer Llama T3 256 wide (wide enough for q4's blocks) and its weights: [`fixed`]
+/// values (uniform, std 0.02) for matrices, ones for 1-D weights, zeros for biases.
+#[allow(dead_code)] // the quantized tests' (the benches and CUDA tests include this file too)
+pub fn wide_llama_weights() -> candle_core::Result<(T3Config, HashMap<String, Tensor>)> {
+    let mut hp = T3Config::english_only();
+    hp.backbone = BackboneConfig::Llama(LlamaConfig {
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 4,
+        head_dim: 64,
+        ..LlamaConfig::llama_520m()
+    });
+    hp.perceiver.embedding_dim = 256;
+    hp.perceiver.pre_attention_query_size = 256;
+    let mut m = HashMap::new();
+    for (i, (k, s)) in tensor_shapes(&hp).into_iter().enumerate() {
+        let t = if s.len() == 1 && k.ends_with("weight") {
+            Tensor::ones(s, DType::F32, &Device::Cpu)?
+        } else if s.len() == 1 {
+            Tensor::zeros(s, DType::F32, &Device::Cpu)?
+        } else {
+            fixed(&s, 0.0346, i as u64)?
+        };
+        m.insert(k, t);
+    }
+    Ok((hp, m))
 }
