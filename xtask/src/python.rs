@@ -4,7 +4,8 @@
 //! torchaudio as the reference's examples expect; all from PyPI, pinned), then the package's
 //! tests run with pytest (crates/chatterbox-python/tests: equality with the `chatterbox`
 //! command, streams, threads, errors, the reference's API surface and its example scripts on
-//! tiny random checkpoints laid out in a Hugging Face cache).
+//! tiny random checkpoints laid out in a Hugging Face cache; `chatterbox_rs.serve` on a
+//! two-node Ray cluster started on this machine, with the official `openai` client).
 use crate::pyenv::{pinned_venv, run_cmd, target_dir};
 use anyhow::{ensure, Context, Result};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,9 @@ use std::time::Instant;
 /// leaves `libcublas.so.*[0-9] not found`), so they come too.
 const BASE: &[&str] = &["maturin==1.9.6", "pytest==8.4.2", "numpy==2.2.6"];
 const TORCH: &[&str] = &["torch==2.6.0", "torchaudio==2.6.0", "soundfile==0.13.1"];
+/// The `serve` extra (Ray Serve) and the client its test uses: about 140 MB of wheels (ray's
+/// own is 70 MB), 60 s to download and install on the 2-core CI machine.
+const SERVE: &[&str] = &["ray[serve]==2.60.0", "openai==3.57.0"];
 
 #[derive(clap::Args)]
 pub struct PythonArgs {
@@ -29,6 +33,9 @@ pub struct PythonArgs {
     /// Leave torch and torchaudio out of the venv (the tests that need them are skipped).
     #[arg(long)]
     no_torch: bool,
+    /// Leave ray[serve] and openai out of the venv (tests/test_ray_serve.py is skipped).
+    #[arg(long)]
+    no_serve: bool,
     /// Build and install the wheel only.
     #[arg(long)]
     no_test: bool,
@@ -38,10 +45,13 @@ pub struct PythonArgs {
 }
 
 /// target/python-venv with the pinned packages.
-fn venv(torch: bool) -> Result<PathBuf> {
+fn venv(torch: bool, ray: bool) -> Result<PathBuf> {
     let mut want: Vec<&str> = BASE.to_vec();
     if torch {
         want.extend_from_slice(TORCH);
+    }
+    if ray {
+        want.extend_from_slice(SERVE);
     }
     let size = if torch {
         ": torch brings about 2.7 GB of nvidia-* wheels, 6 GB on disk"
@@ -81,7 +91,7 @@ fn build_wheel(python: &Path, profile: &str, features: &[String]) -> Result<Path
 }
 
 pub fn run(args: PythonArgs) -> Result<i32> {
-    let python = venv(!args.no_torch)?;
+    let python = venv(!args.no_torch, !args.no_serve)?;
     let wheel = build_wheel(&python, &args.profile, &args.features)?;
     run_cmd(
         Command::new(&python)

@@ -48,6 +48,30 @@ LONG = " ".join(f"This is sentence number {i}." for i in range(130))
 SHORT = "Hello there. This is Ray."
 
 
+def test_app_builder_reads_serve_run_arguments():
+    """`serve run chatterbox_rs.serve:app_builder key=value ...` passes strings: they become
+    the deployment's options and the server's arguments."""
+    from chatterbox_rs.serve import app_builder
+
+    d = app_builder({"args": "--model turbo --voices '/v dir'", "num_gpus": "1",
+                     "min_replicas": "2", "max_replicas": "8", "target_ongoing_requests": "12",
+                     "max_ongoing_requests": "24", "env": '{"CANDLE_NUM_THREADS": "4"}',
+                     "resources": '{"tts": 1}'})._bound_deployment
+    assert d.init_args == (["--model", "turbo", "--voices", "/v dir"],)
+    assert d.init_kwargs["env"] == {"CANDLE_NUM_THREADS": "4"}
+    assert d.ray_actor_options == {"num_cpus": 1, "num_gpus": 1.0, "resources": {"tts": 1}}
+    assert d.max_ongoing_requests == 24
+    scaling = d._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas, scaling.target_ongoing_requests) == (
+        2, 8, 12.0)
+    with pytest.raises(ValueError, match="num_gpu"):
+        app_builder({"num_gpu": "1"})
+    from chatterbox_rs.serve import ChatterboxServer
+
+    with pytest.raises(ValueError, match="--port"):
+        ChatterboxServer(["--port", "9000"])
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -65,6 +65,17 @@ def _die_with_parent():
         pass
 
 
+def _server_args(args):
+    """`chatterbox serve`'s options as a list (a string is split as a shell would)."""
+    if isinstance(args, str):
+        args = shlex.split(args)
+    args = [str(a) for a in args]
+    for a in args:
+        if a.split("=", 1)[0] in _OWN:
+            raise ValueError(f"{a}: the deployment chooses the server's address itself")
+    return args
+
+
 def _upstream_headers(headers):
     """The server's response headers as the proxy should send them: hop-by-hop ones and `date`
     left out (the proxy sets its own), the server's `x-request-id` (its log lines' id) renamed
@@ -188,12 +199,7 @@ class ChatterboxServer:
 
     def __init__(self, args=(), env=None, command=None, ready_timeout_s=600.0,
                  drain_timeout_s=30.0):
-        if isinstance(args, str):
-            args = shlex.split(args)
-        args = [str(a) for a in args]
-        for a in args:
-            if a.split("=", 1)[0] in _OWN:
-                raise ValueError(f"{a}: the deployment chooses the child's address itself")
+        args = _server_args(args)
         if not any(a == "--device" or a.startswith("--device=") for a in args):
             gpus = ray.get_gpu_ids()
             if gpus:
@@ -336,7 +342,7 @@ def app(args=(), *, num_gpus=0, num_cpus=None, resources=None, min_replicas=1,
         options["autoscaling_config"] = scaling
     options.update(deployment_options)
     deployment = serve.deployment(ChatterboxServer).options(**options)
-    return deployment.bind(args, env=env, command=command, ready_timeout_s=ready_timeout_s,
+    return deployment.bind(_server_args(args), env=env, command=command, ready_timeout_s=ready_timeout_s,
                            drain_timeout_s=drain_timeout_s)
 
 
