@@ -12,6 +12,8 @@ Serve's HTTP proxy on the head:
   in flight on both replicas: the streams on the killed node end in an error (a cut chunked
   body, or a 500 before the headers), never a short body passed as success; every request on
   the survivor completes whole; new requests all go to the survivor;
+- a replica whose server died answers 502 (OpenAI's error form) until its health check (the
+  server's /ready) fails, then Serve replaces it;
 - deleting the application lets the stream in flight finish (Serve's graceful shutdown, then
   SIGTERM drains the server), and the replica's server exits.
 
@@ -294,7 +296,8 @@ def deployed(cluster, hf_home):
             target_ongoing_requests=1, max_ongoing_requests=2, upscale_delay_s=0,
             downscale_delay_s=600,
             autoscaling={"metrics_interval_s": 0.5, "look_back_period_s": 1.0},
-            ready_timeout_s=120, env={"CHATTERBOX_NO_WATERMARK": "1"}),
+            ready_timeout_s=120, env={"CHATTERBOX_NO_WATERMARK": "1"},
+            health_check_period_s=1, health_check_timeout_s=5),
         route_prefix="/", blocking=False)
     wait_for("the first replica", lambda: replica_states().get("RUNNING") == 1, 120)
     print(f"deployed in {time.monotonic() - t0:.1f} s", flush=True)
@@ -428,11 +431,42 @@ def test_a_node_lost_mid_load_fails_its_requests_cleanly(cluster, deployed):
     assert alive()[cluster["head"]]
 
 
+def servers(deployed):
+    """pids of the replicas' `chatterbox serve` processes."""
+    return [p for p, (_, cmd) in _procs().items()
+            if "chatterbox_rs._cli serve" in cmd and deployed[1] in cmd and not _zombie(p)]
+
+
+def test_a_replica_whose_server_died_fails_its_health_check_and_is_replaced(cluster, deployed):
+    c = client(cluster)
+    (pid,) = servers(deployed)  # the survivor's
+    old = c.audio.speech.with_raw_response.create(
+        model="tts-1", voice="alloy", input=SHORT).headers["x-chatterbox-replica"]
+    os.kill(pid, signal.SIGKILL)
+    # until Serve notices (/ready no longer answers), the replica answers 502 in OpenAI's form
+    with pytest.raises(openai.APIStatusError) as e:
+        c.audio.speech.create(model="tts-1", voice="alloy", input=SHORT)
+    assert e.value.status_code in (500, 502), e.value
+    print(f"with its server dead the replica answered {e.value.status_code}: {e.value.body}")
+    if e.value.status_code == 502:
+        assert e.value.body["code"] == "replica_unavailable"
+
+    def replaced():
+        try:
+            r = c.audio.speech.with_raw_response.create(model="tts-1", voice="alloy",
+                                                        input=SHORT, response_format="wav")
+        except openai.APIStatusError:
+            return False
+        return r.headers["x-chatterbox-replica"] != old and wav_frames(r.content) > SR // 2
+
+    wait_for("a new replica", replaced, 90)
+    assert len(servers(deployed)) == 1
+
+
 def test_deleting_the_app_drains_the_stream_in_flight(cluster, deployed):
     c = client(cluster)
-    servers = [p for p, (_, cmd) in _procs().items()
-               if "chatterbox_rs._cli serve" in cmd and deployed[1] in cmd]
-    assert len(servers) == 1, servers  # the survivor's
+    pids = servers(deployed)
+    assert len(pids) == 1, pids  # the survivor's
     results = {}
     threads = _run_streams(c, 1, LONG, results)
     wait_for("the stream's first bytes", lambda: results[0]["bytes"] > 0, 60)
@@ -440,4 +474,4 @@ def test_deleting_the_app_drains_the_stream_in_flight(cluster, deployed):
     threads[0].join(120)
     assert results[0]["ok"] and results[0]["bytes"] > 20 * SR * 2, results
     wait_for("the replica's server to exit", lambda: not any(
-        p in _procs() and not _zombie(p) for p in servers), 90)
+        p in _procs() and not _zombie(p) for p in pids), 90)

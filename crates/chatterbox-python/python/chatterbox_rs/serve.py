@@ -270,11 +270,17 @@ class ChatterboxServer:
         ]
         return response
 
-    def check_health(self):
+    async def check_health(self):
         """Ray Serve's health check: the server's /ready (200), or the replica is replaced."""
         if self._child.proc.poll() is not None:
             raise RuntimeError(f"chatterbox serve exited with status {self._child.proc.returncode}")
-        status, body = self._child.ready(timeout=5.0)
+        try:
+            async with self._client().get(self._child.base + "/ready",
+                                          timeout=aiohttp.ClientTimeout(total=5)) as r:
+                body = await r.text()
+                status = r.status
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise RuntimeError(f"chatterbox serve /ready did not answer: {e!r}") from None
         if status != 200:
             raise RuntimeError(f"chatterbox serve /ready: {status} {body}")
 
