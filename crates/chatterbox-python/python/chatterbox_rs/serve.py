@@ -194,7 +194,8 @@ class ChatterboxServer:
     ``--device`` the replica serves the GPUs Ray gave it (``cuda:0``.. of its
     ``CUDA_VISIBLE_DEVICES``), else the CPU. ``env``: variables for the child (on top of the
     replica's environment). ``command``: the command to run instead of this package's
-    ``chatterbox`` (a list, e.g. a CUDA build's binary), ``serve`` and the options follow it.
+    ``chatterbox`` (a list or a string split as a shell would, e.g. a CUDA build's binary);
+    ``serve`` and the options follow it.
     """
 
     def __init__(self, args=(), env=None, command=None, ready_timeout_s=600.0,
@@ -211,6 +212,8 @@ class ChatterboxServer:
         child_env.update({k: str(v) for k, v in (env or {}).items()})
         if command is None:
             command = [sys.executable, "-m", "chatterbox_rs._cli"]
+        elif isinstance(command, str):
+            command = shlex.split(command)
         argv = [*command, "serve", *args, "--host", "127.0.0.1", "--port", "0"]
         self._drain_s = float(drain_timeout_s)
         self._child = _Child(argv, child_env, float(ready_timeout_s))
