@@ -259,9 +259,24 @@ stream of unknown length (the RIFF and data sizes are 0xFFFFFFFF, as ffmpeg writ
 aplay, sox and ffmpeg read it to its end), or headerless PCM with --wav-format raw. A file is \
 written as it comes too, and renamed into place at the end.
 
+Where generation runs slower than real time (most models on a CPU), standard output holds the \
+audio back until the rest can follow in time, so a player that starts at the first audio never \
+stops to wait: from the measured rate (seconds of audio per second) and the length the text \
+will take, the progress says how much it buffers (\"buffering 2.1 s of audio before playing: \
+generation runs at 0.60x real time\"). At or above real time the first chunk goes out at once. \
+--prebuffer SECS sets the buffer instead (0: none). A file is never held back.
+
 The same --seed draws the same speech tokens as without --stream, so the speech and its length \
 are the same; the audio differs slightly around the chunk joins, where each chunk is \
 synthesised before the tokens after it are known.";
+
+/// `--prebuffer SECS`: seconds of audio, 0 to an hour.
+fn prebuffer_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds from 0 to 3600")),
+    }
+}
 
 const VC_EXAMPLES: &str = "\
 Examples:
@@ -460,6 +475,11 @@ pub struct SpeakArgs {
     /// the first chunk of tokens instead of after each whole sentence (-o - to play it live).
     #[arg(long, long_help = STREAM_HELP)]
     pub stream: bool,
+    /// With --stream -o -: hold the audio back until SECS seconds of it are ready (or the
+    /// speech ends), then play; 0 plays the first chunk at once [default: as much as a
+    /// generation slower than real time needs, none otherwise].
+    #[arg(long, value_name = "SECS", requires = "stream", value_parser = prebuffer_secs)]
+    pub prebuffer: Option<f64>,
     /// Write the timings of the speech to this file: SubRip (.srt) or WebVTT (.vtt), a cue per
     /// sentence, or JSON (.json) with each word's times too (estimated inside its sentence).
     /// Works with --stream. Pauses and SSML in the text: see the README's controls section.

@@ -16,6 +16,7 @@ mod input;
 mod interrupt;
 mod japanese;
 mod output;
+mod playout;
 mod preflight;
 mod progress;
 mod quantize;

@@ -6,6 +6,7 @@
 use crate::args::{GenerationArgs, Model, QuantizeArg, SpeakArgs};
 use crate::input::{load_audio, read_text};
 use crate::output::{summary, Output, Sink};
+use crate::playout::{Decision, Planner, Policy, Produced, SpeechEstimate};
 use crate::progress::{Progress, Ticker};
 use crate::source::{read_config, Source};
 use crate::{device, hub, japanese, preflight, watermark};
@@ -415,7 +416,13 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         max_new_tokens: opts.max_new_tokens,
     };
     let (first_audio, timings) = if args.stream {
-        speak_streaming(&tts, &text, &opts, &progress, &mut sink, started, &cuts)?
+        // Standard output plays as it comes (a player reads it): its start is planned. A file
+        // is written as the audio comes, unbuffered.
+        let playout = matches!(out, Output::Stdout).then(|| Playout::new(args.prebuffer));
+        let playout = playout.transpose()?;
+        speak_streaming(
+            &tts, &text, &opts, &progress, &mut sink, started, &cuts, playout,
+        )?
     } else {
         let timings = speak_whole(&tts, &text, &opts, &progress, &mut sink, &out, &cuts)?;
         (None, timings)
@@ -517,9 +524,142 @@ fn speak_whole(
     Ok(report.captions)
 }
 
+/// The seconds of audio a listener keeps in hand when generation ends, beyond the largest
+/// chunk, where `--stream` buffers a slow generation (`playout::Policy::Adaptive`).
+const PLAYOUT_MARGIN_SECS: f64 = 0.5;
+
+/// For tests only, never set by users: a production rate (seconds of audio per wall second)
+/// that replaces the measured one in the playout plan of `speak --stream -o -`: the planner's
+/// clock reads the audio produced so far divided by it, so a test on a fast machine sees the
+/// decisions of a slow one, exactly (tests/playout.rs).
+const SIMULATED_RATE_VAR: &str = "CHATTERBOX_STREAM_SIMULATED_RATE";
+
+/// The start of a streamed output that plays as it comes: the chunks held back until the
+/// [`Planner`] says the rest can follow in time.
+struct Playout {
+    planner: Planner,
+    policy: Policy,
+    /// The rate of `SIMULATED_RATE_VAR`, if set.
+    simulated_rate: Option<f64>,
+    /// Audio held back.
+    pending: Vec<f32>,
+    /// The target last reported, seconds.
+    shown_target: Option<f64>,
+}
+
+impl Playout {
+    /// `--prebuffer SECS` (a fixed buffer) or, without it, the adaptive plan.
+    fn new(prebuffer: Option<f64>) -> Result<Self> {
+        let policy = match prebuffer {
+            Some(secs) => Policy::Fixed { secs },
+            None => Policy::Adaptive {
+                margin_secs: PLAYOUT_MARGIN_SECS,
+            },
+        };
+        let simulated_rate = match std::env::var(SIMULATED_RATE_VAR) {
+            Ok(v) => match v.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() && r > 0.0 => Some(r),
+                _ => bail!("{SIMULATED_RATE_VAR}={v:?}: not a positive number"),
+            },
+            Err(_) => None,
+        };
+        Ok(Self {
+            planner: Planner::new(policy),
+            policy,
+            simulated_rate,
+            pending: Vec::new(),
+            shown_target: None,
+        })
+    }
+
+    /// Takes a chunk of `samples`, which brought the audio to `produced` samples at
+    /// `elapsed` since generation began; returns the audio to write now (empty while
+    /// buffering) and reports what it does.
+    fn chunk(
+        &mut self,
+        samples: &[f32],
+        produced: usize,
+        elapsed: Duration,
+        estimate: &SpeechEstimate,
+        is_last: bool,
+        progress: &Progress,
+    ) -> Vec<f32> {
+        if self.planner.playing() {
+            return samples.to_vec();
+        }
+        self.pending.extend_from_slice(samples);
+        let audio_secs = produced as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+        let at_secs = match self.simulated_rate {
+            Some(rate) => audio_secs / rate,
+            None => elapsed.as_secs_f64(),
+        };
+        let remaining_secs = estimate.remaining_secs(audio_secs);
+        let decision = self.planner.observe(Produced {
+            at_secs,
+            audio_secs,
+            remaining_secs,
+            is_last,
+        });
+        tracing::debug!(
+            at_secs,
+            audio_secs,
+            remaining_secs,
+            is_last,
+            ?decision,
+            "playout"
+        );
+        match decision {
+            Decision::Play => return std::mem::take(&mut self.pending),
+            Decision::Buffer { target_secs, rate } => {
+                // a line when buffering starts and when the target moves by a second or more
+                if self
+                    .shown_target
+                    .is_none_or(|shown| (shown - target_secs).abs() >= 1.0)
+                {
+                    self.shown_target = Some(target_secs);
+                    let line = buffering_line(self.policy, target_secs, rate);
+                    tracing::info!("{line}");
+                    progress.note(line);
+                }
+            }
+            Decision::Wait => {}
+        }
+        Vec::new()
+    }
+
+    /// Whether audio was held back before playing (a line said so).
+    fn buffered(&self) -> bool {
+        self.shown_target.is_some()
+    }
+
+    /// The audio still held back (after an error, or a stream that ended without its last
+    /// chunk): written as it is.
+    fn flush(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+/// `buffering 2.1 s of audio before playing: generation runs at 0.60x real time`.
+fn buffering_line(policy: Policy, target_secs: f64, rate: f64) -> String {
+    match policy {
+        Policy::Fixed { secs } => {
+            format!("buffering {secs:.1} s of audio before playing (--prebuffer {secs})")
+        }
+        Policy::Adaptive { .. } if target_secs.is_infinite() => format!(
+            "buffering all the audio before playing: generation runs at {rate:.2}x real time"
+        ),
+        Policy::Adaptive { .. } => format!(
+            "buffering {target_secs:.1} s of audio before playing: generation runs at \
+             {rate:.2}x real time"
+        ),
+    }
+}
+
 /// Speaks `text` token by token (`--stream`), each chunk of audio written and flushed as it
-/// comes; returns when the first audio came, counted from `started`, and the sentences'
-/// timings.
+/// comes (with `playout`, an output that plays as it comes: from when its plan says the rest
+/// can follow in time); returns when the first audio was written, counted from `started`,
+/// and the sentences' timings.
+#[allow(clippy::too_many_arguments)]
 fn speak_streaming(
     tts: &Tts,
     text: &str,
@@ -528,35 +668,83 @@ fn speak_streaming(
     sink: &mut Sink,
     started: Instant,
     cuts: &Cuts<'_>,
+    mut playout: Option<Playout>,
 ) -> Result<(Option<Duration>, Vec<SentenceTiming>)> {
     let bars = Mutex::new(Bars::new(progress, opts.max_new_tokens));
     let lock = || bars.lock().unwrap_or_else(PoisonError::into_inner);
-    let result = (|| -> Result<(Option<Duration>, Vec<SentenceTiming>)> {
+    let mut first = None;
+    let mut write = |sink: &mut Sink, samples: &[f32], playout: Option<&Playout>| {
+        if first.is_none() && !samples.is_empty() {
+            let after = started.elapsed();
+            first = Some(after);
+            let buffered = playout.filter(|p| p.buffered()).map(|p| {
+                let secs = samples.len() as f64 / f64::from(ChatterboxTts::SAMPLE_RATE);
+                let rate = p.planner.rate().unwrap_or(f64::NAN);
+                format!(
+                    ", after buffering {secs:.1} s of audio (generation runs at {rate:.2}x real \
+                     time)"
+                )
+            });
+            lock().first_audio(after, buffered.as_deref().unwrap_or(""));
+        }
+        sink.push(samples)
+    };
+    let result = (|| -> Result<Vec<SentenceTiming>> {
         let stream = tts
             .stream(text, opts)
             .context("speech generation failed")?
             .with_progress(|e| lock().event(e));
         let total = stream.sentences();
-        let mut first = None;
+        let mut estimate =
+            SpeechEstimate::new(text, total, opts.max_new_tokens, f64::from(opts.speed));
+        let mut produced = 0;
         let mut timings = Vec::new();
         // A write error returns here, which drops the stream: no more tokens are drawn.
         for chunk in stream {
-            let chunk = chunk.context("speech generation failed")?;
-            if first.is_none() && !chunk.samples.is_empty() {
-                let after = started.elapsed();
-                first = Some(after);
-                lock().first_audio(after);
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    // what was held back is written, as it would have been unbuffered
+                    if let Some(p) = playout.as_mut() {
+                        let held = p.flush();
+                        write(sink, &held, Some(&*p))?;
+                    }
+                    return Err(anyhow::Error::new(e).context("speech generation failed"));
+                }
+            };
+            produced += chunk.samples.len();
+            for t in &chunk.captions {
+                let secs = t.end_sample.saturating_sub(t.start_sample) as f64
+                    / f64::from(ChatterboxTts::SAMPLE_RATE);
+                estimate.finished(&t.text, secs);
             }
-            sink.push(&chunk.samples)?;
+            match playout.as_mut() {
+                Some(p) => {
+                    let ready = p.chunk(
+                        &chunk.samples,
+                        produced,
+                        started.elapsed(),
+                        &estimate,
+                        chunk.is_last,
+                        progress,
+                    );
+                    write(sink, &ready, Some(&*p))?;
+                }
+                None => write(sink, &chunk.samples, None)?,
+            }
             for cut in &chunk.truncated {
                 cuts.warn(cut, total);
             }
             timings.extend(chunk.captions);
         }
-        Ok((first, timings))
+        if let Some(p) = playout.as_mut() {
+            let held = p.flush();
+            write(sink, &held, Some(&*p))?;
+        }
+        Ok(timings)
     })();
     lock().clear();
-    result
+    result.map(|timings| (first, timings))
 }
 
 /// Whether two paths name one file (existing or not: then compared as spelled, made absolute).
@@ -681,10 +869,13 @@ impl<'a> Bars<'a> {
         }
     }
 
-    /// The first streamed audio is out, `after` the start of the generation.
-    fn first_audio(&mut self, after: Duration) {
-        self.progress
-            .note(format!("first audio after {:.2} s", after.as_secs_f64()));
+    /// The first streamed audio is out, `after` the start of the generation (`how`: what
+    /// came before it, if anything, as `, after ...`).
+    fn first_audio(&mut self, after: Duration, how: &str) {
+        self.progress.note(format!(
+            "first audio after {:.2} s{how}",
+            after.as_secs_f64()
+        ));
     }
 
     fn clear(&mut self) {
