@@ -980,6 +980,23 @@ mod tests {
     }
 
     #[test]
+    fn the_buffering_line_says_how_much_and_why() {
+        let adaptive = Policy::Adaptive { margin_secs: 0.5 };
+        assert_eq!(
+            buffering_line(adaptive, 2.14, 0.6),
+            "buffering 2.1 s of audio before playing: generation runs at 0.60x real time"
+        );
+        assert_eq!(
+            buffering_line(adaptive, f64::INFINITY, 0.25),
+            "buffering all the audio before playing: generation runs at 0.25x real time"
+        );
+        assert_eq!(
+            buffering_line(Policy::Fixed { secs: 1.5 }, 1.5, 3.0),
+            "buffering 1.5 s of audio before playing (--prebuffer 1.5)"
+        );
+    }
+
+    #[test]
     fn bars_follow_the_events() {
         let p = Progress::new(true);
         let mut b = Bars::new(&p, 100);
