@@ -1,19 +1,63 @@
 //! The served model with its `max_new_tokens` capped at a value the bench sets between phases
-//! (what `ServerConfig::max_new_tokens` does, without reloading the model).
+//! (what `ServerConfig::max_new_tokens` does, without reloading the model), or per request:
+//! the open-loop phase's requests each have their own length, found by their seed.
 use chatterbox_pipeline::{Audio, GenerateOptions};
 use chatterbox_server::{
     BatchItem, ChunkIter, ModelError, ModelId, PipelineModel, RequestBatch, SpeechModel,
 };
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// The served model, its `max_new_tokens` capped at a value the bench changes between phases.
+/// The token caps: one for every request, and the caps of the requests whose seeds the bench
+/// registered (the open-loop phase's mixed lengths; each request sends its own seed).
+#[derive(Debug)]
+pub struct Caps {
+    shared: AtomicUsize,
+    by_seed: Mutex<HashMap<u64, usize>>,
+}
+
+impl Caps {
+    /// `tokens` for every request.
+    pub fn new(tokens: usize) -> Self {
+        Self {
+            shared: AtomicUsize::new(tokens),
+            by_seed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sets the cap of the requests whose seed has none of its own.
+    pub fn set(&self, tokens: usize) {
+        self.shared.store(tokens, Ordering::Release);
+    }
+
+    /// Sets the cap of the requests sent with `seed`.
+    pub fn set_for(&self, seed: u64, tokens: usize) {
+        self.by_seed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(seed, tokens);
+    }
+
+    /// The cap of a request of these options (at least 1).
+    fn of(&self, opts: &GenerateOptions) -> usize {
+        let own = opts.seed.and_then(|s| {
+            let caps = self.by_seed.lock().unwrap_or_else(PoisonError::into_inner);
+            caps.get(&s).copied()
+        });
+        own.unwrap_or_else(|| self.shared.load(Ordering::Acquire))
+            .max(1)
+    }
+}
+
+/// The served model, its `max_new_tokens` capped by [`Caps`], which the bench changes between
+/// phases.
 pub struct Capped {
     /// The model.
     pub inner: PipelineModel,
-    /// The cap, which the bench changes between phases.
-    pub cap: Arc<AtomicUsize>,
+    /// The caps.
+    pub cap: Arc<Caps>,
 }
 
 impl SpeechModel for Capped {
@@ -49,17 +93,17 @@ impl SpeechModel for Capped {
     }
 }
 
-/// `opts` with `max_new_tokens` at most `cap` (and at least 1).
-fn capped(opts: &GenerateOptions, cap: &AtomicUsize) -> GenerateOptions {
+/// `opts` with `max_new_tokens` at most its cap in `caps`.
+fn capped(opts: &GenerateOptions, caps: &Caps) -> GenerateOptions {
     let mut o = opts.clone();
-    o.max_new_tokens = o.max_new_tokens.min(cap.load(Ordering::Acquire).max(1));
+    o.max_new_tokens = o.max_new_tokens.min(caps.of(opts));
     o
 }
 
 /// [`Capped`]'s batch: the same cap on what is added.
 struct CappedBatch<'a> {
     inner: Box<dyn RequestBatch + 'a>,
-    cap: Arc<AtomicUsize>,
+    cap: Arc<Caps>,
 }
 
 impl RequestBatch for CappedBatch<'_> {

@@ -20,6 +20,10 @@ pub struct Outcome {
     pub margin: f64,
     /// Why the request failed, if it did.
     pub error: Option<String>,
+    /// The status of an answer other than 200.
+    pub status: Option<u16>,
+    /// The `Retry-After` seconds of an answer other than 200, when it had one.
+    pub retry_after: Option<f64>,
     /// The answer was the server's `no_speech` 500 (T3 drew its stop token first for this
     /// text and seed: a random-weights draw, as the reference would fail).
     pub no_speech: bool,
@@ -30,13 +34,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn failed(t0: Instant, why: String) -> Self {
+    /// A request that failed after starting at `t0`.
+    pub fn failed(t0: Instant, why: String) -> Self {
         Self {
             ttfb: f64::NAN,
             latency: t0.elapsed().as_secs_f64() * 1e3,
             audio_s: 0.0,
             margin: f64::NAN,
             error: Some(why),
+            status: None,
+            retry_after: None,
             no_speech: false,
             no_speech_alone: false,
         }
@@ -46,6 +53,12 @@ impl Outcome {
     /// alone).
     pub fn is_error(&self) -> bool {
         self.error.is_some() && !self.no_speech_alone
+    }
+
+    /// Whether the server refused the request (429, or 503 while loading, draining or at its
+    /// connection limit): back-pressure, not a fault.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.status, Some(429 | 503))
     }
 }
 
@@ -64,12 +77,17 @@ pub async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outc
     };
     let status = resp.status();
     if status != reqwest::StatusCode::OK {
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<f64>().ok());
         let text = resp.text().await.unwrap_or_default();
         let code = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
         let mut o = Outcome::failed(t0, format!("{status}: {}", text.trim()));
         o.no_speech = code.as_deref() == Some("no_speech");
+        (o.status, o.retry_after) = (Some(status.as_u16()), retry_after);
         return o;
     }
     let mut pieces = Vec::new();
@@ -101,6 +119,8 @@ pub async fn request(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Outc
         audio_s: (bytes / 2) as f64 / f64::from(SAMPLE_RATE),
         margin: underrun_margin(&pieces, SAMPLE_RATE),
         error,
+        status: None,
+        retry_after: None,
         no_speech: false,
         no_speech_alone: false,
     }
@@ -137,6 +157,11 @@ pub async fn confirm_no_speech(
 
 /// The JSON body of request `i`, with the `speed` of `CHATTERBOX_SERVE_SPEED` when it is set.
 pub fn body(model: ModelId, input: &str, i: usize) -> Vec<u8> {
+    serde_json::to_vec(&json_body(model, input, i)).unwrap_or_default()
+}
+
+/// [`body`] as JSON: a streaming request (`stream_format: "audio"`).
+pub fn json_body(model: ModelId, input: &str, i: usize) -> serde_json::Value {
     let mut body = serde_json::json!({
         "model": model.name(),
         "input": input,
@@ -148,7 +173,7 @@ pub fn body(model: ModelId, input: &str, i: usize) -> Vec<u8> {
     if let Some(speed) = speed() {
         body["speed"] = speed.into();
     }
-    serde_json::to_vec(&body).unwrap_or_default()
+    body
 }
 
 /// `CHATTERBOX_SERVE_SPEED`: OpenAI's `speed` sent with every request (unset: none, the exact

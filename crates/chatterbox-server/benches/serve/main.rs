@@ -19,10 +19,11 @@
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
 //! value the bench sets between phases (what `ServerConfig::max_new_tokens` does, without
-//! reloading the model): `CHATTERBOX_SERVE_TOKENS` (default 125: 5 s of audio at 25 tokens a
-//! second) for the load levels, `CHATTERBOX_SERVE_MEMORY_TOKENS` (default 20) for the memory
-//! phase. English drops the ~20% of random draws that are not speech tokens, so its requests
-//! are shorter (`*_audio_s` says how long).
+//! reloading the model), or at a request's own cap registered by its seed (the open loop):
+//! `CHATTERBOX_SERVE_TOKENS` (default 125: 5 s of audio at 25 tokens a second) for the load
+//! levels, `CHATTERBOX_SERVE_MEMORY_TOKENS` (default 20) for the memory phase. English drops
+//! the ~20% of random draws that are not speech tokens, so its requests are shorter
+//! (`*_audio_s` says how long).
 //!
 //! Requests: `POST /v1/audio/speech` with a short varied English sentence (one text chunk),
 //! `response_format=pcm` (s16le, 24 kHz), `stream_format=audio`, seed = the request's index;
@@ -46,8 +47,39 @@
 //! `no_speech` again: the model's answer, not a fault of the batch), `underruns` (requests whose margin went negative),
 //! `worst_margin` (ms). Then `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
 //!
-//! Memory phase: `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
-//! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000) short requests; memory is sampled after a
+//! `CHATTERBOX_SERVE_CLIENTS=none` skips the load levels (e.g. for the open loop alone).
+//! `CHATTERBOX_SERVE_QUEUE=Q`: the server's queue capacity (default: the largest of the
+//! levels' and the memory phase's clients, plus 8); beyond it a request gets 429.
+//!
+//! Open loop (issue 43, `open_loop.rs`), after the load levels, when `CHATTERBOX_SERVE_RATES`
+//! is set (requests per second, e.g. `2,5,10`): for each rate, requests arrive as a Poisson
+//! process (exponential gaps `-ln(U) / rate`), each sent at its scheduled time by its own
+//! tokio task whatever the others are doing, over `CHATTERBOX_SERVE_OPEN_SECS` (default 20)
+//! seconds of arrivals, or exactly `CHATTERBOX_SERVE_OPEN_REQUESTS` requests when that is set;
+//! the phase ends when the last answer does. Each request's length is drawn **log-uniformly**
+//! in `CHATTERBOX_SERVE_LENGTHS` (seconds of audio, default `2-30`; one value: all alike) and
+//! enforced as its own token cap (seconds x 25 tokens, rounded; the cap decides the length
+//! since random weights rarely draw the stop token; English is shorter, as above), found by
+//! the request's seed in the wrapper model below. A share `CHATTERBOX_SERVE_WHOLE_FRACTION`
+//! (default 0.25) are whole-file requests (no `stream_format`), the rest stream
+//! (`stream_format=audio`). Arrival gaps, lengths and kinds come from SplitMix64 seeded with
+//! `CHATTERBOX_SERVE_SEED` (default 43), the same draws at every rate: request `k` has the same
+//! text, seed, length and kind at every rate, only its time scales by `1 / rate`. Refusals
+//! (429, 503) are counted with their `Retry-After`, not retried. `/metrics` is read every
+//! 250 ms for the queue's depth and the jobs running. Records, prefixed `r<rate>_`: `sent`,
+//! `offered_rps` (sent / seconds of arrivals: the window, or the last arrival's time for a
+//! count), `completed`, `refused`, `retry_after_max` (s), `failed` (other errors: must be 0), `no_speech` (as above),
+//! `streams`, `ttfb_p50`, `ttfb_p95`, `ttfb_p99` (ms, streaming requests), `ttfb_over_1s`
+//! (streaming requests that waited over 1 s for their first byte: queued), `wholes`,
+//! `whole_p50`, `whole_p95` (ms to the last byte of the whole files), `underruns` (streams that
+//! ran dry, margin as above), `worst_margin` (ms), `rtf` (audio seconds delivered / wall
+//! seconds of the phase, from its start to the last byte: about rate x mean length while the
+//! server keeps up), `achieved_rps` (completed / wall), `audio_s` (mean per completed request), `wall_s`, `queue_max`, `queue_mean`, `running_max`
+//! (the gauges read), `send_lag_max` (ms: the latest a request left after its time, the bench's
+//! own lag; it should stay small). A line per rate on stderr says the same.
+//!
+//! Memory phase (`memory.rs`): `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
+//! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000; 0 skips the phase) short requests; memory is sampled after a
 //! warm-up round of one request per client and after the last request: the process's resident
 //! set (`chatterbox_pipeline::resident_memory_bytes`) and, on CUDA, the device's used memory (total - free as the driver reports
 //! it), in MB (10^6 bytes). Records: `mem_rss_{loaded,before,after,growth}_mb`,
@@ -68,12 +100,14 @@
 //! `CHATTERBOX_SERVE_MAX_GROWTH_MB` (default 64) over the memory phase.
 mod capped;
 mod client;
+mod memory;
+mod open_loop;
 mod report;
 mod texts;
 
 use anyhow::Context as _;
 use candle_core::Device;
-use capped::Capped;
+use capped::{Capped, Caps};
 use chatterbox_pipeline::{
     perth_watermarker, ChatterboxTts, ChatterboxTurboTts, VoiceClip, Watermarker, FLOW_ROWS,
     S3GEN_SR, S3_SR,
@@ -83,35 +117,46 @@ use chatterbox_server::{
 };
 use chatterbox_testkit::{
     bench_dtype, checkpoint_dir, device_name, env_f64, env_usize, full_size_checkpoint,
-    speech_like, test_device, BenchRun, MemorySample,
+    speech_like, test_device, BenchRun,
 };
 use chatterbox_watermark::PerthWatermarker;
-use client::{confirm_no_speech, run_level, upload_voices, wait_ready};
-use report::{count_errors, percentile, report_level};
+use client::{confirm_no_speech, run_level, wait_ready};
+use memory::sample;
+use report::{percentile, report_level};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use texts::{sentence, SHORT};
-
-/// One memory reading, after the device has finished its queued work.
-fn sample(dev: &Device) -> MemorySample {
-    // orders the memory reading after the work queued so far (measurement only)
-    let _ = dev.synchronize();
-    let gpu = chatterbox_pipeline::device_memory(dev).map(|m| m.used_bytes);
-    MemorySample::from_bytes(chatterbox_pipeline::resident_memory_bytes(), gpu)
-}
+use texts::sentence;
 
 fn parse_clients(s: &str) -> anyhow::Result<Vec<usize>> {
+    if s.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    parse_list(
+        "CHATTERBOX_SERVE_CLIENTS",
+        s,
+        |&n: &usize| n > 0,
+        "zero clients",
+    )
+}
+
+/// `s`, the comma-separated values of the variable `name`, each one that `ok` accepts (else
+/// the error says `why`).
+fn parse_list<T: std::str::FromStr>(
+    name: &str,
+    s: &str,
+    ok: impl Fn(&T) -> bool,
+    why: &str,
+) -> anyhow::Result<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
     let v = s
         .split(',')
-        .map(|x| x.trim().parse::<usize>())
+        .map(|x| x.trim().parse::<T>())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("CHATTERBOX_SERVE_CLIENTS={s:?}: {e}"))?;
-    anyhow::ensure!(
-        v.iter().all(|&n| n > 0),
-        "CHATTERBOX_SERVE_CLIENTS: zero clients"
-    );
+        .map_err(|e| anyhow::anyhow!("{name}={s:?}: {e}"))?;
+    anyhow::ensure!(v.iter().all(ok), "{name}={s:?}: {why}");
     Ok(v)
 }
 
@@ -137,12 +182,16 @@ async fn bench_main() -> anyhow::Result<()> {
     )?;
     let requests = env_usize("CHATTERBOX_SERVE_REQUESTS", 40).max(1);
     let tokens = env_usize("CHATTERBOX_SERVE_TOKENS", 125).max(1);
-    let mem_requests = env_usize("CHATTERBOX_SERVE_MEMORY_REQUESTS", 1000);
-    let mem_clients = env_usize("CHATTERBOX_SERVE_MEMORY_CLIENTS", 8).max(1);
-    let mem_tokens = env_usize("CHATTERBOX_SERVE_MEMORY_TOKENS", 20).max(1);
+    let mem = memory::Memory {
+        requests: env_usize("CHATTERBOX_SERVE_MEMORY_REQUESTS", 1000),
+        clients: env_usize("CHATTERBOX_SERVE_MEMORY_CLIENTS", 8).max(1),
+        tokens: env_usize("CHATTERBOX_SERVE_MEMORY_TOKENS", 20).max(1),
+        upload_every: env_f64("CHATTERBOX_SERVE_UPLOAD_EVERY_S", 0.0),
+        voices: std::env::temp_dir().join(format!("chatterbox-serve-bench-{}", std::process::id())),
+    };
     let max_growth = env_f64("CHATTERBOX_SERVE_MAX_GROWTH_MB", 64.0);
-    let upload_every = env_f64("CHATTERBOX_SERVE_UPLOAD_EVERY_S", 0.0);
     let watermark = std::env::var("CHATTERBOX_SERVE_WATERMARK").ok();
+    let open = open_loop::Plan::from_env()?;
 
     let (model, exaggeration, marker) = match variant.as_str() {
         "turbo" => (ModelId::Turbo, 0.0, "t3_turbo_v1.safetensors"),
@@ -154,10 +203,11 @@ async fn bench_main() -> anyhow::Result<()> {
         &variant,
         marker,
     )?;
-    let cap = Arc::new(AtomicUsize::new(tokens));
+    let cap = Arc::new(Caps::new(tokens));
+    let longest = open.as_ref().map_or(0, open_loop::Plan::max_tokens);
     let batching = chatterbox_pipeline::BatchOptions::default()
         .with_slots(env_usize("CHATTERBOX_SERVE_BATCH", 0))
-        .with_positions(tokens.max(mem_tokens) + 512);
+        .with_positions(tokens.max(mem.tokens).max(longest) + 512);
     let loader = |dev: Device| {
         let (dir, cap, batching) = (dir.clone(), cap.clone(), batching.clone());
         let watermark = watermark.clone();
@@ -193,19 +243,12 @@ async fn bench_main() -> anyhow::Result<()> {
     };
     let mut config = ServerConfig::default();
     config.addr = ([127, 0, 0, 1], 0).into();
-    config.queue_capacity = clients
-        .iter()
-        .copied()
-        .chain([mem_clients])
-        .max()
-        .unwrap_or(8)
-        + 8;
+    let levels_queue = clients.iter().copied().chain([mem.clients]).max();
+    config.queue_capacity = env_usize("CHATTERBOX_SERVE_QUEUE", levels_queue.unwrap_or(8) + 8);
     // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
     config.request_timeout = Duration::from_secs(3600);
-    let voices =
-        std::env::temp_dir().join(format!("chatterbox-serve-bench-{}", std::process::id()));
-    if upload_every > 0.0 {
-        config.voices_dir = Some(voices.clone());
+    if mem.upload_every > 0.0 {
+        config.voices_dir = Some(mem.voices.clone());
     }
     let workers = devs
         .iter()
@@ -264,134 +307,33 @@ async fn bench_main() -> anyhow::Result<()> {
             best = best.max(n);
         }
     }
-    bench.push_value(
-        "max_clients_without_underrun",
-        format!(
-            "count: largest concurrency of {clients:?} with no underrun and no error \
+    if !clients.is_empty() {
+        bench.push_value(
+            "max_clients_without_underrun",
+            format!(
+                "count: largest concurrency of {clients:?} with no underrun and no error \
              ({requests} requests, cap {tokens} tokens)"
-        ),
-        best as f64,
-    );
+            ),
+            best as f64,
+        );
+    }
+
+    // Open loop: Poisson arrivals at each rate.
+    if let Some(plan) = &open {
+        for &rate in &plan.rates {
+            let run = open_loop::run_rate(&base, model, &cap, plan, rate).await;
+            errors += open_loop::report_rate(&mut bench, plan, rate, &run);
+        }
+    }
 
     // Memory: many short requests.
-    cap.store(mem_tokens, Ordering::Release);
-    let short = |i: usize| SHORT[i % SHORT.len()].to_string();
-    let (mut warm, _) = run_level(&url, model, mem_clients, mem_clients, 2_000_000, short).await;
-    let mut no_speech = confirm_no_speech(&url, model, &mut warm, 2_000_000, short).await;
-    let warm_errors = count_errors("memory warm-up", &warm);
-    let before = sample(&dev);
-    eprintln!(
-        "memory: loaded RSS {:.0} MB{}; before RSS {:.0} MB{}",
-        loaded.rss,
-        loaded.gpu_text(),
-        before.rss,
-        before.gpu_text()
-    );
-    let uploading = Arc::new(std::sync::atomic::AtomicBool::new(upload_every > 0.0));
-    let uploader = tokio::spawn(upload_voices(
-        format!("{base}/v1/voices"),
-        upload_every,
-        uploading.clone(),
-    ));
-    let (mut out, wall) = run_level(&url, model, mem_clients, mem_requests, 3_000_000, short).await;
-    uploading.store(false, Ordering::Release);
-    let uploads = uploader.await.unwrap_or_default();
-    no_speech += confirm_no_speech(&url, model, &mut out, 3_000_000, short).await;
-    let after = sample(&dev);
-    let mem_errors = warm_errors + count_errors("memory", &out);
-    let upload_errors = uploads.iter().filter(|u| u.is_err()).count();
-    for e in uploads.iter().filter_map(|u| u.as_ref().err()).take(3) {
-        eprintln!("upload: error: {e}");
-    }
-    errors += mem_errors + upload_errors;
-    let what = format!(
-        "{mem_requests} requests, {mem_clients} clients, cap {mem_tokens} tokens, MB (10^6 bytes)"
-    );
-    bench.push_value(
-        "mem_rss_loaded_mb",
-        format!("RSS once ready, {what}"),
-        loaded.rss,
-    );
-    bench.push_value(
-        "mem_rss_before_mb",
-        format!("RSS after the load levels and a warm-up round, {what}"),
-        before.rss,
-    );
-    bench.push_value(
-        "mem_rss_after_mb",
-        format!("RSS after the requests, {what}"),
-        after.rss,
-    );
-    let growth = after.rss - before.rss;
-    bench.push_value(
-        "mem_rss_growth_mb",
-        format!("RSS after - before, {what}"),
-        growth,
-    );
-    if let (Some(l), Some(b), Some(a)) = (loaded.gpu, before.gpu, after.gpu) {
-        let what = format!("device used memory (total - free), {what}");
-        bench.push_value("mem_gpu_used_loaded_mb", format!("once ready, {what}"), l);
-        bench.push_value("mem_gpu_used_before_mb", format!("before, {what}"), b);
-        bench.push_value("mem_gpu_used_after_mb", format!("after, {what}"), a);
-        bench.push_value(
-            "mem_gpu_used_growth_mb",
-            format!("after - before, {what}"),
-            a - b,
-        );
-    }
-    bench.push_value(
-        "mem_errors",
-        format!("count: non-200, broken or empty bodies (must be 0), {what}"),
-        mem_errors as f64,
-    );
-    bench.push_value(
-        "mem_no_speech",
-        format!("count: no_speech answers that the request alone gave again, {what}"),
-        no_speech as f64,
-    );
-    bench.push_value(
-        "mem_wall_s",
-        format!("seconds (not ms) for the requests, {what}"),
-        wall,
-    );
-    let ttfb: Vec<f64> = out
-        .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.ttfb)
-        .collect();
-    bench.push_value(
-        "mem_ttfb_p50",
-        format!("ms to first body byte, p50, {what}"),
-        percentile(&ttfb, 0.5),
-    );
-    bench.push_value(
-        "mem_ttfb_p95",
-        format!("ms to first body byte, p95, {what}"),
-        percentile(&ttfb, 0.95),
-    );
-    if upload_every > 0.0 {
-        let what = format!("voice uploads every {upload_every} s during the memory phase");
-        let ms: Vec<f64> = uploads
-            .iter()
-            .filter_map(|u| u.as_ref().ok().copied())
-            .collect();
-        bench.push_value(
-            "mem_uploads",
-            format!("count: {what}"),
-            uploads.len() as f64,
-        );
-        bench.push_value(
-            "mem_upload_errors",
-            format!("count: failed uploads (must be 0), {what}"),
-            upload_errors as f64,
-        );
-        bench.push_value(
-            "mem_upload_p95_ms",
-            format!("ms from request to 201, p95, {what}"),
-            percentile(&ms, 0.95),
-        );
-        let _ = std::fs::remove_dir_all(&voices);
-    }
+    let growth = if mem.requests > 0 {
+        let (e, growth) = memory::run(&mut bench, &base, model, &cap, &mem, &dev, &loaded).await;
+        errors += e;
+        growth
+    } else {
+        0.0
+    };
 
     let _ = stop_tx.send(());
     if tokio::time::timeout(Duration::from_secs(60), handle)
@@ -404,8 +346,9 @@ async fn bench_main() -> anyhow::Result<()> {
     anyhow::ensure!(errors == 0, "{errors} requests failed");
     anyhow::ensure!(
         growth <= max_growth,
-        "RSS grew by {growth:.1} MB over {mem_requests} requests \
-         (> CHATTERBOX_SERVE_MAX_GROWTH_MB = {max_growth})"
+        "RSS grew by {growth:.1} MB over {} requests \
+         (> CHATTERBOX_SERVE_MAX_GROWTH_MB = {max_growth})",
+        mem.requests
     );
     Ok(())
 }

@@ -16,9 +16,14 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
 /// Prints up to three errors of `out`; returns how many there were (`no_speech` answers that
 /// the request alone gave again are not errors).
 pub fn count_errors(label: &str, out: &[Outcome]) -> usize {
+    count_errors_where(label, out, |_| true)
+}
+
+/// [`count_errors`] over the outcomes that `keep` keeps.
+pub fn count_errors_where(label: &str, out: &[Outcome], keep: impl Fn(&Outcome) -> bool) -> usize {
     let errors: Vec<&String> = out
         .iter()
-        .filter(|o| o.is_error())
+        .filter(|o| o.is_error() && keep(o))
         .filter_map(|o| o.error.as_ref())
         .collect();
     for e in errors.iter().take(3) {
