@@ -141,14 +141,16 @@ impl Plan {
 
     /// What the records of a rate were measured on.
     fn describe(&self, rate: f64) -> String {
-        let (lo, hi) = self.lengths;
+        let lengths = match self.lengths {
+            (lo, hi) if lo == hi => format!("{lo} s of audio each"),
+            (lo, hi) => format!("{lo}-{hi} s of audio log-uniform"),
+        };
         let over = match self.count {
             Some(n) => format!("{n} requests"),
             None => format!("arrivals over {} s", self.secs),
         };
         format!(
-            "open loop, Poisson {rate}/s, {over}, {lo}-{hi} s of audio log-uniform, \
-             {:.0}% whole files, seed {}, pcm",
+            "open loop, Poisson {rate}/s, {over}, {lengths}, {:.0}% whole files, seed {}, pcm",
             self.whole_fraction * 100.0,
             self.seed
         )
