@@ -76,7 +76,12 @@
 //! seconds of the phase, from its start to the last byte: about rate x mean length while the
 //! server keeps up), `achieved_rps` (completed / wall), `audio_s` (mean per completed request), `wall_s`, `queue_max`, `queue_mean`, `running_max`
 //! (the gauges read), `send_lag_max` (ms: the latest a request left after its time, the bench's
-//! own lag; it should stay small). A line per rate on stderr says the same.
+//! own lag; it should stay small). A line per rate on stderr says the same. A quick check on
+//! the CPU with a tiny checkpoint (its speech position table holds 512 tokens: lengths up to
+//! about 15 s; the tiny Turbo draws its stop token after a few tokens, the tiny English runs
+//! to its caps): `CHATTERBOX_SERVE_VARIANT=english CHATTERBOX_SERVE_CKPT=<tiny dir>
+//! CHATTERBOX_SERVE_CLIENTS=none CHATTERBOX_SERVE_MEMORY_REQUESTS=0
+//! CHATTERBOX_SERVE_RATES=0.5,2 CHATTERBOX_SERVE_OPEN_SECS=5 CHATTERBOX_SERVE_LENGTHS=2-15`.
 //!
 //! Memory phase (`memory.rs`): `CHATTERBOX_SERVE_MEMORY_CLIENTS` (default 8) clients send
 //! `CHATTERBOX_SERVE_MEMORY_REQUESTS` (default 1000; 0 skips the phase) short requests; memory is sampled after a
