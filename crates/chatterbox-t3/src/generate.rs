@@ -42,7 +42,11 @@ pub struct GenerateOptions {
     /// until the text is nearly read and forces it on a long tail, an alignment repetition or
     /// a token repeated twice in a row. When on, decode steps run eagerly (no CUDA graph), the
     /// attention of its three heads is computed alongside, and each step reads `3 × text_len`
-    /// floats to the host. See [`AlignmentAnalyzerConfig`].
+    /// floats to the host. See [`AlignmentAnalyzerConfig`]. With
+    /// [`AlignmentAnalyzerConfig::tracking`] it edits nothing and records the text position of
+    /// every token ([`TokenStream::text_positions`]; captions' word timings): the tokens are
+    /// those of the analyzer off (exactly on the CPU; on CUDA the steps run eagerly instead of
+    /// as graphs over attention buckets, equal up to summation order).
     pub alignment: Option<AlignmentAnalyzerConfig>,
 }
 
@@ -350,6 +354,16 @@ impl<'a> TokenStream<'a> {
     /// The alignment-stream analyzer's state (`None` when it is off).
     pub fn alignment_analyzer(&self) -> Option<&crate::alignment::AlignmentStreamAnalyzer> {
         self.alignment.as_ref().map(AlignmentRun::analyzer)
+    }
+
+    /// The analyzer's text position (`text_position`: an index into the text span, 0 for the
+    /// start-of-text token) at each token drawn so far, in order: entry `k` is the position
+    /// when token `k` was drawn. `None` when the analyzer is off (see
+    /// [`GenerateOptions::alignment`]; [`AlignmentAnalyzerConfig::tracking`] records them
+    /// without changing the tokens). Teacher forcing ([`TokenStream::feed`]) keeps one entry
+    /// per `next()`.
+    pub fn text_positions(&self) -> Option<&[usize]> {
+        self.alignment.as_ref().map(AlignmentRun::positions)
     }
 
     /// Runs the sampling part of a step: the analyzer's path when it is on.

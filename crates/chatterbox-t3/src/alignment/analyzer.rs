@@ -14,12 +14,19 @@ pub struct AlignmentAnalyzerConfig {
     /// `(layer, head)` pairs whose attention weights are averaged into the alignment matrix.
     /// Default: [`LLAMA_ALIGNED_HEADS`] (needs >= 14 layers of >= 16 heads).
     pub aligned_heads: Vec<(usize, usize)>,
+    /// Whether the analyzer edits the logits (the reference's behaviour: suppress or force the
+    /// stop token). `false` only follows the text: the same attention rows and state machine,
+    /// the text position of every step recorded ([`crate::TokenStream::text_positions`]), and
+    /// the tokens drawn exactly as with the analyzer off (word timings for captions).
+    /// Default: `true`.
+    pub edit_logits: bool,
 }
 
 impl Default for AlignmentAnalyzerConfig {
     fn default() -> Self {
         Self {
             aligned_heads: LLAMA_ALIGNED_HEADS.to_vec(),
+            edit_logits: true,
         }
     }
 }
@@ -27,7 +34,18 @@ impl Default for AlignmentAnalyzerConfig {
 impl AlignmentAnalyzerConfig {
     /// The analyzer over other `(layer, head)` pairs (tiny test models).
     pub fn with_heads(aligned_heads: Vec<(usize, usize)>) -> Self {
-        Self { aligned_heads }
+        Self {
+            aligned_heads,
+            edit_logits: true,
+        }
+    }
+
+    /// The analyzer that only follows the text and never edits the logits (see
+    /// [`AlignmentAnalyzerConfig::edit_logits`]): the generation's tokens are those of the
+    /// analyzer off.
+    pub fn tracking(mut self) -> Self {
+        self.edit_logits = false;
+        self
     }
 }
 
@@ -235,23 +253,9 @@ impl AlignmentStreamAnalyzer {
         let n = self.generated_tokens.len();
         let token_repetition =
             n >= 3 && self.generated_tokens[n - 1] == self.generated_tokens[n - 2];
-        if token_repetition {
-            tracing::warn!(
-                "alignment analyzer: token {} repeated",
-                self.generated_tokens[n - 1]
-            );
-        }
 
         let eos_suppressed = cur_text_posn + 3 < s && s > 5;
         let eos_forced = long_tail || repetition || token_repetition;
-        if eos_forced {
-            tracing::warn!(
-                long_tail,
-                alignment_repetition = repetition,
-                token_repetition,
-                "alignment analyzer: forcing EOS"
-            );
-        }
         self.curr_frame_pos += 1;
         AlignmentAnalysisResult {
             false_start,

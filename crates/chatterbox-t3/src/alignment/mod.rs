@@ -8,6 +8,11 @@
 //! the stop token is suppressed while the text is not nearly read, and forced on a long tail,
 //! an alignment repetition or the same token twice in a row.
 //!
+//! The same analyzer without its edits ([`AlignmentAnalyzerConfig::tracking`]) only follows
+//! the text: it records the text position of every token drawn
+//! ([`crate::TokenStream::text_positions`]), which the pipeline turns into word timings for
+//! captions, and leaves the tokens as they are with the analyzer off.
+//!
 //! Cost when on: only the requested heads' `softmax(q kᵀ / √d)` rows are computed (no eager
 //! attention for the whole model), and each step reads `3 × text_len` floats to the host for
 //! the state machine, a second host sync per token; decode steps run eagerly (no CUDA graph).

@@ -29,6 +29,10 @@ pub(crate) struct AlignmentRun {
     /// The latest id of the sequence (`generated_ids[0, -1]`).
     last_token: u32,
     last: Option<AlignmentAnalysisResult>,
+    /// Whether the steps' edits are applied to the logits ([`AlignmentAnalyzerConfig::edit_logits`]).
+    edit_logits: bool,
+    /// The analyzer's text position at each step, one per token drawn.
+    positions: Vec<usize>,
 }
 
 fn llama(model: &T3) -> Result<&LlamaModel> {
@@ -97,6 +101,8 @@ impl AlignmentRun {
             pending: None,
             last_token: model.config().start_speech_token,
             last: None,
+            edit_logits: cfg.edit_logits,
+            positions: Vec::new(),
         };
         // DecodeStep::prefill, spying on the aligned heads in the rows after the text.
         let (hidden, weights) = m.prefill_with_attention(embeds, &mut run.caches, &run.pairs, j)?;
@@ -148,7 +154,8 @@ impl AlignmentRun {
     }
 
     /// [`DecodeStep::select`] with the analyzer's step between the CFG combine and the logits
-    /// processors. Reads the aligned heads' text-span rows to the host.
+    /// processors (its edits only with [`AlignmentAnalyzerConfig::edit_logits`]). Reads the
+    /// aligned heads' text-span rows to the host.
     pub(crate) fn select(
         &mut self,
         step: &DecodeStep,
@@ -179,7 +186,23 @@ impl AlignmentRun {
             .analyzer
             .step(&chunk, heads, rows, Some(self.last_token));
         self.last = Some(result);
-        let scores = self.edit(&scores, &result)?;
+        self.positions.push(result.position);
+        let scores = if self.edit_logits {
+            if result.token_repetition {
+                tracing::warn!("alignment analyzer: token {} repeated", self.last_token);
+            }
+            if result.eos_forced {
+                tracing::warn!(
+                    long_tail = result.long_tail,
+                    alignment_repetition = result.repetition,
+                    token_repetition = result.token_repetition,
+                    "alignment analyzer: forcing EOS"
+                );
+            }
+            self.edit(&scores, &result)?
+        } else {
+            scores
+        };
         let processed = processors.process(step.history(), &scores)?;
         step.processed().slice_set(&processed, 0, 0)?;
         let token = picker.pick(&processed, step.noise())?;
@@ -215,5 +238,10 @@ impl AlignmentRun {
     /// The analyzer state.
     pub(crate) fn analyzer(&self) -> &AlignmentStreamAnalyzer {
         &self.analyzer
+    }
+
+    /// The text position of every step so far.
+    pub(crate) fn positions(&self) -> &[usize] {
+        &self.positions
     }
 }
