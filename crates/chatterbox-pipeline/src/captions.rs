@@ -1,5 +1,7 @@
 //! Where each text chunk's speech lies in the output (issue 44; the reference returns only
-//! the waveform): sentence timings exact to the sample, word timings estimated inside them.
+//! the waveform): sentence timings exact to the sample, word timings inside them measured from
+//! T3's text-to-speech alignment where the model has alignment heads and it is asked for,
+//! estimated otherwise.
 //!
 //! The output is the text chunks' audio (and the pauses' silence) joined with a linear
 //! crossfade of [`crate::GenerateOptions::crossfade_ms`]: two neighbours overlap by the
@@ -18,6 +20,8 @@
 //! last sample.
 use crate::s3gen::S3GEN_SR;
 use chatterbox_dsp::stretch::stretched_len;
+use chatterbox_t3::{BackboneConfig, LLAMA_ALIGNED_HEADS};
+use chatterbox_text::TextFrontend;
 
 /// Where one text chunk's speech lies in the output, in 24 kHz samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +75,10 @@ pub struct WordTiming {
     /// One past its last sample.
     pub end_sample: usize,
     /// Whether the timing is interpolated (by characters inside its sentence) rather than
-    /// measured. Always `true` for now.
+    /// measured. `false` only for a word whose start T3's alignment heads measured (the first
+    /// speech token aligned to it; its end is the next word's start): with
+    /// [`crate::GenerateOptions::word_alignment`] on the English or multilingual model, and
+    /// the alignment reached the word. Otherwise `true`.
     pub estimated: bool,
 }
 
@@ -114,6 +121,174 @@ pub(crate) fn words_by_chars(text: &str, start: usize, end: usize) -> Vec<WordTi
             t
         })
         .collect()
+}
+
+/// The (layer, head) pairs the parity recorder maps [`LLAMA_ALIGNED_HEADS`] onto for the tiny
+/// 2-layer, 2-head test models (`parity/recorders/t3.py`'s `ALIGN_HEADS`).
+const TINY_ALIGNED_HEADS: [(usize, usize); 3] = [(1, 1), (1, 0), (0, 1)];
+
+/// The alignment heads of a T3 backbone: [`LLAMA_ALIGNED_HEADS`] for a Llama with the layers
+/// and heads they name (the released English and multilingual models), the recorder's stand-in
+/// pairs for a Llama too small for them (the tiny test checkpoints), `None` for GPT-2.
+pub(crate) fn aligned_heads(backbone: &BackboneConfig) -> Option<Vec<(usize, usize)>> {
+    let BackboneConfig::Llama(c) = backbone else {
+        return None;
+    };
+    let fits = |pairs: &[(usize, usize)]| {
+        pairs
+            .iter()
+            .all(|&(l, h)| l < c.num_hidden_layers && h < c.num_attention_heads)
+    };
+    [&LLAMA_ALIGNED_HEADS[..], &TINY_ALIGNED_HEADS[..]]
+        .into_iter()
+        .find(|p| fits(p))
+        .map(<[(usize, usize)]>::to_vec)
+}
+
+/// The written word each position of T3's text span belongs to: `[START]` (position 0), the
+/// text tokens `ids` (positions `1..=ids.len()`), `[STOP]` (`ids.len() + 1`). `[SPACE]` tokens
+/// separate the words of the tokenized text; a leading language token (`[fr]`) and the
+/// separators belong to none. When the tokenized text has as many words as `text` has
+/// whitespace-separated words (the usual case: normalisation rewrites punctuation, not
+/// spaces), word `i` is written word `i`; otherwise they are matched in proportion.
+pub(crate) fn text_token_words(
+    frontend: &TextFrontend,
+    ids: &[u32],
+    text: &str,
+) -> Vec<Option<usize>> {
+    let tok = match frontend {
+        TextFrontend::English(t) => t.inner(),
+        TextFrontend::Multilingual(t) => t.inner(),
+        TextFrontend::Turbo(_) => return vec![None; ids.len() + 2],
+    };
+    let space = tok.token_to_id(chatterbox_text::SPACE);
+    let mut group = Vec::with_capacity(ids.len());
+    let (mut groups, mut in_word) = (0usize, false);
+    for (i, &id) in ids.iter().enumerate() {
+        let is_lang = i == 0
+            && frontend.variant() == chatterbox_text::Variant::Multilingual
+            && tok.id_to_token(id).is_some_and(|t| {
+                t.len() > 2 && t.starts_with('[') && t.ends_with(']') && t != chatterbox_text::SPACE
+            });
+        if Some(id) == space || is_lang {
+            in_word = false;
+            group.push(None);
+            continue;
+        }
+        if !in_word {
+            groups += 1;
+            in_word = true;
+        }
+        group.push(Some(groups - 1));
+    }
+    let words = text.split_whitespace().count();
+    let mut out = Vec::with_capacity(ids.len() + 2);
+    out.push(None);
+    out.extend(group.into_iter().map(|g| {
+        g.filter(|_| words > 0).map(|g| {
+            if groups == words {
+                g
+            } else {
+                g * words / groups
+            }
+        })
+    }));
+    out.push(None);
+    out
+}
+
+/// The words of `text` over `start..end` from T3's alignment: `positions[k]` is the text-span
+/// position the alignment attended when speech token `k` was drawn (one per speech token
+/// S3Gen synthesised into the sentence's audio, in order), `token_words` the word of each
+/// text-span position ([`text_token_words`]). See the module docs for the rules. Falls back
+/// to [`words_by_chars`] when there is no speech token.
+pub(crate) fn aligned_words(
+    text: &str,
+    start: usize,
+    end: usize,
+    positions: &[usize],
+    token_words: &[Option<usize>],
+) -> Vec<WordTiming> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let n = positions.len();
+    if n == 0 || words.is_empty() {
+        return words_by_chars(text, start, end);
+    }
+    let span = end.saturating_sub(start) as u128;
+    let sample = |k: usize| start + (span * k as u128 / n as u128) as usize;
+    // the first speech token aligned to each word, along the monotonic position
+    let mut first: Vec<Option<usize>> = vec![None; words.len()];
+    let mut furthest = 0;
+    for (k, &p) in positions.iter().enumerate() {
+        furthest = furthest.max(p);
+        if let Some(&Some(w)) = token_words.get(furthest) {
+            if w < words.len() && first[w].is_none() {
+                first[w] = Some(k);
+            }
+        }
+    }
+    // boundaries: word i runs from bounds[i] to bounds[i + 1]; measured ones from the tokens
+    let mut bounds: Vec<Option<usize>> = (0..=words.len())
+        .map(|i| match i {
+            0 => Some(start),
+            i if i == words.len() => Some(end),
+            i => first[i].map(sample),
+        })
+        .collect();
+    // a measured boundary never goes back (the sample map is monotonic, this keeps it so)
+    let mut last = start;
+    for b in bounds.iter_mut().flatten() {
+        *b = (*b).clamp(last, end);
+        last = *b;
+    }
+    // the others interpolated by characters between the measured ones around them
+    let chars: Vec<usize> = words.iter().map(|w| w.chars().count()).collect();
+    let mut i = 0;
+    while i < words.len() {
+        let Some(j) = (i + 1..=words.len()).find(|&j| bounds[j].is_some()) else {
+            break;
+        };
+        let (a, b) = (bounds[i].unwrap_or(start), bounds[j].unwrap_or(end));
+        let total: usize = chars[i..j].iter().sum();
+        let mut before = 0;
+        for m in i + 1..j {
+            before += chars[m - 1];
+            let d = (b - a) as u128 * before as u128 / total.max(1) as u128;
+            bounds[m] = Some(a + d as usize);
+        }
+        i = j;
+    }
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| WordTiming {
+            text: (*w).to_string(),
+            start_sample: bounds[i].unwrap_or(start),
+            end_sample: bounds[i + 1].unwrap_or(end),
+            estimated: first[i].is_none(),
+        })
+        .collect()
+}
+
+/// What T3's alignment gave for one text chunk: the word of each text-span position and the
+/// text position of each speech token synthesised into its audio.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ChunkAlignment {
+    pub(crate) token_words: Vec<Option<usize>>,
+    pub(crate) positions: Vec<usize>,
+}
+
+impl ChunkAlignment {
+    /// The words of `timing` measured from this alignment.
+    pub(crate) fn time_words(&self, timing: &mut SentenceTiming) {
+        timing.words = aligned_words(
+            &timing.text,
+            timing.start_sample,
+            timing.end_sample,
+            &self.positions,
+            &self.token_words,
+        );
+    }
 }
 
 /// Follows the segments given to a crossfader to say where each lies in the joined output.
@@ -196,6 +371,77 @@ mod tests {
         assert_eq!(spans, vec![(100, 120), (120, 160), (160, 170)]);
         assert!(w.iter().all(|w| w.estimated));
         assert!(words_by_chars("  ", 0, 10).is_empty());
+    }
+
+    /// `[START] a b [SPACE] c d [SPACE] e [STOP]`: the words `ab cd e`.
+    fn token_words() -> Vec<Option<usize>> {
+        vec![
+            None,
+            Some(0),
+            Some(0),
+            None,
+            Some(1),
+            Some(1),
+            None,
+            Some(2),
+            None,
+        ]
+    }
+
+    fn spans(w: &[WordTiming]) -> Vec<(usize, usize, bool)> {
+        w.iter()
+            .map(|w| (w.start_sample, w.end_sample, w.estimated))
+            .collect()
+    }
+
+    #[test]
+    fn aligned_words_start_at_their_first_token() {
+        // 10 speech tokens over 0..1000 (token k at 100 k); the position going back at token 4
+        // does not move the running maximum
+        let pos = [0, 1, 1, 2, 0, 4, 5, 5, 7, 8];
+        let w = aligned_words("ab cd e", 0, 1000, &pos, &token_words());
+        assert_eq!(
+            spans(&w),
+            vec![(0, 500, false), (500, 800, false), (800, 1000, false)]
+        );
+        let texts: Vec<&str> = w.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(texts, ["ab", "cd", "e"]);
+        // inside a sentence that starts later: the same fractions
+        let w = aligned_words("ab cd e", 2000, 3000, &pos, &token_words());
+        assert_eq!(
+            spans(&w),
+            vec![
+                (2000, 2500, false),
+                (2500, 2800, false),
+                (2800, 3000, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn words_the_alignment_skipped_are_interpolated() {
+        // from "b" (2) to the separator after "cd" (6) in one step: "cd" never reached
+        let pos = [0, 1, 2, 6, 7, 8];
+        let w = aligned_words("ab cd e", 0, 600, &pos, &token_words());
+        assert_eq!(
+            spans(&w),
+            vec![(0, 200, false), (200, 400, true), (400, 600, false)]
+        );
+        // never past [START]: every word estimated, by characters
+        let w = aligned_words("ab cd e", 0, 1000, &[0, 0, 0], &token_words());
+        assert_eq!(w, words_by_chars("ab cd e", 0, 1000));
+        // stopped inside "cd": "e" never reached, interpolated by characters between the
+        // measured start of "cd" (token 3) and the sentence's end: 300 + 200 * 2 / 3
+        let w = aligned_words("ab cd e", 0, 500, &[0, 1, 3, 4, 5], &token_words());
+        assert_eq!(
+            spans(&w),
+            vec![(0, 300, false), (300, 433, false), (433, 500, true)]
+        );
+        // no speech token: by characters
+        assert_eq!(
+            aligned_words("ab cd e", 0, 70, &[], &token_words()),
+            words_by_chars("ab cd e", 0, 70)
+        );
     }
 
     #[test]

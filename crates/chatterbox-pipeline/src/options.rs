@@ -77,6 +77,16 @@ pub struct GenerateOptions {
     /// times are divided by it. `1.0` (the default) runs no stretcher at all: the output is
     /// bit for bit what it was before speed existed.
     pub speed: f32,
+    /// Time the words of [`crate::SpeechReport::captions`] (and of the stream's
+    /// [`crate::AudioChunk::captions`]) from T3's alignment heads instead of estimating them
+    /// by characters (see [`crate::WordTiming::estimated`]): the English and multilingual
+    /// models only (Turbo and Nano have none; the batched path of [`crate::SpeechBatch`]
+    /// keeps estimated words). Costs per token the attention rows of three heads read to the
+    /// host, and on CUDA the decode steps run eagerly instead of as CUDA graphs. The speech
+    /// tokens are those drawn without it (exactly on the CPU; on CUDA up to the summation
+    /// order of eager against graph-replayed attention). Sentence timings are exact either
+    /// way. Default `false`.
+    pub word_alignment: bool,
 }
 
 impl Default for GenerateOptions {
@@ -107,6 +117,7 @@ impl GenerateOptions {
             cancel: None,
             lexicon: None,
             speed: 1.0,
+            word_alignment: false,
         }
     }
 
@@ -164,6 +175,12 @@ impl GenerateOptions {
     /// Respells words with `lexicon` (see [`GenerateOptions::lexicon`]).
     pub fn with_lexicon(mut self, lexicon: Arc<Lexicon>) -> Self {
         self.lexicon = Some(lexicon);
+        self
+    }
+
+    /// Times caption words from T3's alignment heads (see [`GenerateOptions::word_alignment`]).
+    pub fn with_word_alignment(mut self, word_alignment: bool) -> Self {
+        self.word_alignment = word_alignment;
         self
     }
 

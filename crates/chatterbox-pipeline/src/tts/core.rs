@@ -1,7 +1,7 @@
 //! What `ChatterboxTTS`, `ChatterboxMultilingualTTS` and `ChatterboxTurboTTS` share
 //! (chatterbox/tts.py, mtl_tts.py, tts_turbo.py, upstream 5de7a54): loading, conditioning,
 //! one generation, and the per-variant post-processing of T3's tokens.
-use crate::captions::{SentenceTiming, Timeline};
+use crate::captions::{aligned_heads, text_token_words, ChunkAlignment, SentenceTiming, Timeline};
 use crate::checkpoint::{
     optional, require, var_builder, CheckpointFiles, MultilingualT3, Variant, CONDS_FILE,
 };
@@ -54,6 +54,12 @@ pub struct ChunkOutput {
     /// Whether T3 stopped at `max_new_tokens` without drawing its stop token: the speech is
     /// cut where the cap fell (see [`Truncation`]).
     pub truncated: bool,
+    /// With [`GenerateOptions::word_alignment`] on the English or multilingual model: for each
+    /// token of `speech_tokens` whose audio is in `wav` (the multilingual model cuts the last
+    /// one's), the text position T3's alignment heads attended when it was drawn (an index
+    /// into T3's text span: 0 is `[START]`, then the text tokens, then `[STOP]`). `None`
+    /// otherwise.
+    pub text_positions: Option<Vec<usize>>,
 }
 
 /// What a whole generation did besides its audio (the models' `generate_with_report` and
@@ -125,6 +131,23 @@ pub fn drop_invalid_tokens(tokens: &[u32]) -> Vec<u32> {
         return Vec::new();
     }
     tokens[s..e].to_vec()
+}
+
+/// The text positions of the tokens [`drop_invalid_tokens`] keeps and S3Gen can synthesise:
+/// `positions[k]` belongs to `raw[k]`.
+fn kept_positions(raw: &[u32], positions: &[usize]) -> Vec<usize> {
+    let s = raw
+        .iter()
+        .position(|&t| t == SPEECH_SOS)
+        .map_or(0, |i| i + 1);
+    let e = raw
+        .iter()
+        .position(|&t| t == SPEECH_EOS)
+        .unwrap_or(raw.len());
+    (s..e.max(s))
+        .filter(|&k| raw[k] < SPEECH_VOCAB_SIZE)
+        .filter_map(|k| positions.get(k).copied())
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -382,6 +405,7 @@ impl TtsCore {
         // cut at the cap: every token drawn, none of them the stop token (Turbo may also stop
         // early when every logit is -inf: not a cut)
         let truncated = !tokens.stopped_on_eos() && raw_tokens.len() >= self.token_limit(opts);
+        let positions = tokens.text_positions().map(<[usize]>::to_vec);
         drop(tokens);
         // `inference_turbo` returns the tokens without a final stop token.
         if self.is_turbo() && raw_tokens.last() == Some(&self.t3.config().stop_speech_token) {
@@ -431,12 +455,21 @@ impl TtsCore {
             let st_len = speech_tokens.len().saturating_sub(1).max(1);
             wav.truncate(st_len * SAMPLES_PER_TOKEN);
         }
+        let text_positions = positions.map(|p| {
+            let mut kept = kept_positions(&raw_tokens, &p);
+            if self.variant == Variant::Multilingual {
+                // the last token's audio was cut
+                kept.truncate(kept.len().saturating_sub(1).max(1));
+            }
+            kept
+        });
         Ok(ChunkOutput {
             raw_tokens,
             speech_tokens,
             mel,
             wav,
             truncated,
+            text_positions,
         })
     }
 
@@ -459,14 +492,21 @@ impl TtsCore {
                 .generate_turbo(cond_emb, ids, &Self::turbo_options(opts, sampling))?)
         } else {
             let padded = self.t3.pad_text_tokens(ids);
-            Ok(self
-                .t3
-                .generate(cond_emb, &padded, &Self::t3_options(opts, sampling))?)
+            let mut o = Self::t3_options(opts, sampling);
+            if opts.word_alignment {
+                // the analyzer without its edits: the text position of every token, the same
+                // tokens (captions' word timings; see crate::captions)
+                o.alignment = aligned_heads(&self.t3.config().backbone)
+                    .map(|h| chatterbox_t3::AlignmentAnalyzerConfig::with_heads(h).tracking());
+            }
+            Ok(self.t3.generate(cond_emb, &padded, &o)?)
         }
     }
 
     /// [`TtsCore::token_stream`]'s request queued in a batch decoder instead (its prefill
-    /// and first draw come with the decoder's next `admit_queued`): the request's id.
+    /// and first draw come with the decoder's next `admit_queued`): the request's id. The
+    /// batch decoder runs no alignment analyzer, so [`GenerateOptions::word_alignment`] is
+    /// ignored here: batched captions keep estimated words.
     pub(crate) fn queue<'a>(
         &'a self,
         batch: &mut chatterbox_t3::BatchDecoder<'a>,
@@ -631,9 +671,12 @@ impl TtsCore {
             let samples = out.wav.len();
             let after = plan.silence.get(index + 1).copied().unwrap_or(0);
             let more_follows = index + 1 < total || after > 0;
-            report
-                .captions
-                .push(timeline.sentence(index, chunk, samples, more_follows));
+            let mut timing = timeline.sentence(index, chunk, samples, more_follows);
+            if let Some(positions) = out.text_positions {
+                self.chunk_alignment(chunk, self.language(opts)?, positions)?
+                    .time_words(&mut timing);
+            }
+            report.captions.push(timing);
             let ready = fader.push(out.wav);
             if !ready.is_empty() {
                 on_audio(&ready)?;
@@ -651,6 +694,21 @@ impl TtsCore {
             on_audio(&rest)?;
         }
         Ok(report)
+    }
+
+    /// The alignment of a text chunk for timing its words: `positions` from
+    /// [`ChunkOutput::text_positions`] (or the stream's), the words of `text`'s text tokens.
+    pub(crate) fn chunk_alignment(
+        &self,
+        text: &str,
+        language: Option<Language>,
+        positions: Vec<usize>,
+    ) -> Result<ChunkAlignment> {
+        let ids = self.text.text_tokens(text, language)?;
+        Ok(ChunkAlignment {
+            token_words: text_token_words(&self.text, &ids, text),
+            positions,
+        })
     }
 
     /// [`TtsCore::generate_stream`] collected, then watermarked.

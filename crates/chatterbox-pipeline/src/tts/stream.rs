@@ -162,6 +162,9 @@ struct Sentence<'a> {
     flow_out: Option<Tensor>,
     /// Batched: the output of the synthesiser's pending HiFT call, handed in by the driver.
     vocode_out: Option<(Tensor, Tensor)>,
+    /// With [`GenerateOptions::word_alignment`] (own tokens of the English or multilingual
+    /// model): the text position T3's alignment attended for each token synthesised.
+    positions: Option<Vec<usize>>,
 }
 
 /// A text being spoken, as an iterator of [`AudioChunk`]s (created by the models' `stream`).
@@ -393,6 +396,7 @@ impl<'a> SpeechStream<'a> {
             ending: None,
             flow_out: None,
             vocode_out: None,
+            positions: None,
         });
         Ok(())
     }
@@ -558,7 +562,14 @@ impl<'a> SpeechStream<'a> {
             }
         }
         let next = match &mut s.tokens {
-            Tokens::Own(ts) => ts.next().transpose()?,
+            Tokens::Own(ts) => {
+                let t = ts.next().transpose()?;
+                if let (Some(_), Some(&p)) = (t, ts.text_positions().and_then(<[usize]>::last)) {
+                    // kept for the tokens synthesised (below)
+                    s.positions.get_or_insert_with(Vec::new).push(p);
+                }
+                t
+            }
             Tokens::Batched { queue, ended, .. } => match queue.pop_front() {
                 Some(t) => Some(t),
                 None if *ended => None,
@@ -580,6 +591,10 @@ impl<'a> SpeechStream<'a> {
                 } else {
                     if t != self.core.t3.config().stop_speech_token {
                         s.skipped += 1;
+                    }
+                    // not synthesised: its text position goes too
+                    if let Some(p) = s.positions.as_mut() {
+                        p.pop();
                     }
                     Vec::new()
                 };
@@ -647,6 +662,15 @@ impl<'a> SpeechStream<'a> {
         let mut timing =
             self.timeline
                 .sentence(s.index, &s.text, s.faded + audio.len(), more_follows);
+        if let Some(mut positions) = s.positions {
+            if self.core.variant == Variant::Multilingual {
+                // the last token's audio was cut
+                positions.truncate(s.pushed.saturating_sub(1).max(1));
+            }
+            self.core
+                .chunk_alignment(&s.text, self.language, positions)?
+                .time_words(&mut timing);
+        }
         if let Some(speed) = self.opts.stretch_speed() {
             timing = timing.at_speed(speed);
         }
