@@ -481,8 +481,10 @@ pub struct SpeakArgs {
     #[arg(long, value_name = "SECS", requires = "stream", value_parser = prebuffer_secs)]
     pub prebuffer: Option<f64>,
     /// Write the timings of the speech to this file: SubRip (.srt) or WebVTT (.vtt), a cue per
-    /// sentence, or JSON (.json) with each word's times too (estimated inside its sentence).
-    /// Works with --stream. Pauses and SSML in the text: see the README's controls section.
+    /// sentence, or JSON (.json) with each word's times too: from T3's alignment heads with
+    /// the English and multilingual models, estimated by characters inside its sentence with
+    /// Turbo and Nano (each word says which). Works with --stream. Pauses and SSML in the
+    /// text: see the README's controls section.
     #[arg(long, value_name = "FILE")]
     pub captions: Option<PathBuf>,
     /// Pronunciations: a UTF-8 file of `word = respelling` lines (# comments), applied to the

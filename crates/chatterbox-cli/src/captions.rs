@@ -2,8 +2,10 @@
 //! SubRip (`.srt`), WebVTT (`.vtt`) or JSON (`.json`), chosen by the file's extension.
 //!
 //! SRT and WebVTT get one cue per text chunk (the pipeline's sentence groups), timed exactly;
-//! JSON gets the sentences with their words, each word's times estimated inside its sentence
-//! (`"estimated": true`), in seconds with millisecond precision.
+//! JSON gets the sentences with their words, in seconds with millisecond precision: each word
+//! timed from T3's alignment heads with the English and multilingual models (`"estimated":
+//! false`; `speak` asks for them with `--captions`), or estimated by characters inside its
+//! sentence (`"estimated": true`: Turbo and Nano, and words the alignment skipped).
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::SentenceTiming;
 use std::fmt::Write as _;

@@ -324,6 +324,8 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         let lexicon = chatterbox_pipeline::Lexicon::from_file(path).context("--lexicon")?;
         opts.lexicon = Some(Arc::new(lexicon));
     }
+    // caption words from T3's alignment heads (English, multilingual) only when asked for
+    opts.word_alignment = args.captions.is_some();
     let text = read_text(args.text.as_deref(), args.file.as_deref())?;
     let voice_audio = match &args.voice {
         Some(p) => Some(load_audio(p, "voice clip")?),
