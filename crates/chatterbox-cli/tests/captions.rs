@@ -1,6 +1,7 @@
 //! `chatterbox speak --captions FILE` on the tiny random English checkpoint of the committed
 //! pipeline fixtures: SRT, WebVTT and JSON by extension, with and without `--stream`, the
-//! timings inside the audio and in order, every word once; a text's `[pause 500ms]` as half
+//! timings inside the audio and in order, every word once (words timed from T3's alignment
+//! heads); a text's `[pause 500ms]` as half
 //! a second of exact silence in the file; `--lexicon` respelling words.
 mod common;
 
@@ -68,6 +69,7 @@ fn captions_in_three_formats_with_and_without_stream() -> R<()> {
         assert_eq!(sentences[0]["text"], "Hello there.");
         assert_eq!(sentences[1]["text"], "How are you?");
         let mut words = Vec::new();
+        let mut measured = 0;
         let mut last = 0.0;
         for s in &sentences {
             let (start, end) = (
@@ -80,13 +82,16 @@ fn captions_in_three_formats_with_and_without_stream() -> R<()> {
             );
             let mut at = start;
             for w in s["words"].as_array().cloned().unwrap_or_default() {
-                assert_eq!(w["estimated"], true);
+                // --captions asks for T3's alignment heads (the English model has them)
+                let estimated = w["estimated"].as_bool();
+                assert!(estimated.is_some(), "{w}");
+                measured += usize::from(estimated == Some(false));
                 let (ws, we) = (
                     w["start"].as_f64().unwrap_or(-1.0),
                     w["end"].as_f64().unwrap_or(-1.0),
                 );
                 assert!(
-                    (ws - at).abs() < 0.0015 && we > ws && we <= end + 0.0005,
+                    (ws - at).abs() < 0.0015 && we >= ws && we <= end + 0.0005,
                     "{w}"
                 );
                 at = we;
@@ -95,6 +100,7 @@ fn captions_in_three_formats_with_and_without_stream() -> R<()> {
             last = end;
         }
         assert_eq!(words, want_words);
+        assert!(measured > 0, "{tag}: no word timed by the alignment: {v}");
         // the last sentence ends with the audio; the pause lies between the two
         assert!((last - secs).abs() < 0.0006, "{tag}: {last} vs {secs}");
         let gap = sentences[1]["start"].as_f64().unwrap_or(0.0)
