@@ -81,11 +81,13 @@ fn version(dir: &Path, name: &str) -> PathBuf {
     dir.join(name).join(current.trim())
 }
 
-/// Entries of `dir` (one level), sorted.
+/// Entries of `dir` (one level), sorted, less the lock file (`.lock`: the library's commit
+/// lock, a staging directory's lock), which stays.
 fn entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|e| e != ".lock")
         .collect();
     v.sort();
     v

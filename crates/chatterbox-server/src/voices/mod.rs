@@ -8,6 +8,7 @@
 //! DIR/<name>.<model>.safetensors            the earlier flat layout: read, listed, deleted
 //! DIR/.upload-*/                            an upload (or a derivation) being analysed
 //! DIR/.trash-*/                             a voice being deleted
+//! DIR/.lock                                 the commit lock's file
 //! ```
 //!
 //! Names are `[A-Za-z0-9_-]{1,64}`, so no name reaches outside the directory or starts with a
@@ -20,9 +21,15 @@
 //! version) is removed at start-up. A model loaded later derives its conditionals from the clip
 //! on first use ([`voice_file`], [`derive`]) and stores them in the same version.
 //!
-//! The commit lock is a process-wide mutex plus, on Unix, an advisory lock (`flock`) on the
-//! directory, so servers sharing a directory commit one at a time; a staging directory holds a
-//! lock on itself while its upload lives, so a server starting meanwhile leaves it alone.
+//! Nothing is cached in memory: every request reads `current`, so servers sharing the directory
+//! (replicas on one shared volume) see each other's uploads and deletions at once (on NFS,
+//! within its attribute cache time). The commit lock is a process-wide mutex plus an advisory
+//! lock (`flock`) on `DIR/.lock`, so servers sharing a directory commit one at a time: of two
+//! uploads of one name on two servers, the one committed last is the voice (each is whole) and
+//! says `replaced`. A staging directory holds the lock of its own `.lock` file while its upload
+//! lives, so a server starting meanwhile leaves it alone; where the file system has no advisory
+//! locks, a start removes only staging directories older than an hour. The locks are on
+//! regular files opened for writing, which NFS can lock (see `disk`).
 use crate::error::ServerError;
 use crate::model::{ModelError, ModelId, SAMPLE_RATE};
 use chatterbox_dsp::{Audio, DspError, WavFormat};
@@ -33,7 +40,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 mod disk;
-use disk::{lock_dir, lock_library, sync_dir, sync_file, write_synced};
+use disk::{
+    lock_file, lock_library, staging_state, sync_dir, sync_file, write_synced, Locked, STAGING_LOCK,
+};
 
 /// Extension of conditionals files.
 const EXT: &str = "safetensors";
@@ -49,6 +58,9 @@ const VERSION: &str = "v-";
 const STAGING: &str = ".upload-";
 /// Prefix of directories being deleted.
 const TRASH: &str = ".trash-";
+/// Age past which a start removes a staging directory whose liveness the file system cannot
+/// tell (no advisory locks): far beyond any upload's analysis.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Sample rate of stored clips: the rate the analysis works at (S3Gen's 24 kHz; the 16 kHz
 /// copy it also uses is made from it), so analysing the stored clip later gives what analysing
 /// the upload gave.
@@ -209,11 +221,14 @@ pub(crate) fn normalise_clip(audio: &Audio) -> Result<Audio, DspError> {
 }
 
 /// A directory an upload (or a derivation) is analysed into, removed when dropped unless
-/// committed. It holds an advisory lock on itself while it lives (see the module docs).
+/// committed. It holds the advisory lock of its own lock file while it lives (see the module
+/// docs).
 #[derive(Debug)]
 pub(crate) struct Staging {
+    // fields drop in order: the lock file is closed before the directory is removed (NFS
+    // keeps an open file that is removed as a hidden file, which would keep the directory)
+    lock: Option<File>,
     dir: tempfile::TempDir,
-    _lock: Option<File>,
 }
 
 impl Staging {
@@ -233,8 +248,11 @@ impl Staging {
         let dir = b
             .tempdir_in(root)
             .map_err(io_err("create a staging directory in", root))?;
-        let lock = lock_dir(dir.path(), false).ok().flatten();
-        Ok(Self { dir, _lock: lock })
+        let lock = match lock_file(&dir.path().join(STAGING_LOCK), true, false)? {
+            Locked::Held(f) => Some(f),
+            Locked::Busy | Locked::Unsupported => None,
+        };
+        Ok(Self { lock, dir })
     }
 
     /// The directory.
@@ -339,7 +357,17 @@ impl VoiceLibrary {
             };
             if name.starts_with(STAGING) {
                 // an upload of a live process holds its lock: leave it
-                if lock_dir(&path, false).is_ok() {
+                let dead = match staging_state(&path) {
+                    Locked::Held(_) => true,
+                    Locked::Busy => false,
+                    Locked::Unsupported => entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > STALE_STAGING),
+                };
+                if dead {
                     tracing::info!(dir = %path.display(), "removing an upload a crash left behind");
                     let _ = fs::remove_dir_all(&path);
                 }
@@ -552,8 +580,19 @@ impl VoiceLibrary {
             .map_or(0, |d| d.as_secs());
         let version = format!("{VERSION}{secs}-{}", staging.suffix());
         let lock = lock_library(&self.dir)?;
-        let staged = staging.dir.keep();
-        let r = self.commit_locked(name, &staged, &version);
+        let Staging {
+            lock: staging_lock,
+            dir,
+        } = staging;
+        let staged = dir.keep();
+        // under the commit lock, which a start takes before it looks at staging directories:
+        // the version gets no lock file
+        drop(staging_lock);
+        let unlocked = staged.join(STAGING_LOCK);
+        let r = match fs::remove_file(&unlocked) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("remove", &unlocked)(e)),
+            _ => self.commit_locked(name, &staged, &version),
+        };
         if r.is_err() && !crashed(&r) {
             let _ = fs::remove_dir_all(&staged);
         }

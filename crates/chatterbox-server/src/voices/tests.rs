@@ -60,13 +60,16 @@ fn assert_voice(lib: &VoiceLibrary, name: &str, audio: &Audio, models: &[ModelId
     }
 }
 
-/// Everything in `dir`, recursively, relative.
+/// Everything in `dir`, recursively, relative, less the library's lock file (which stays).
 fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
+            if p == dir.join(disk::LIBRARY_LOCK) {
+                continue;
+            }
             out.push(p.strip_prefix(dir).unwrap().display().to_string());
             if p.is_dir() {
                 stack.push(p);
@@ -290,4 +293,69 @@ async fn uploads_of_one_name_take_turns() {
     waiting.await.unwrap();
     drop(other);
     assert!(lib.uploads.lock().unwrap().is_empty());
+}
+
+/// The commit lock other servers see is the lock of `DIR/.lock`, a regular file (what NFS can
+/// lock): while another open file of it holds the lock, as another server would, a commit
+/// waits, then goes through.
+#[cfg(unix)]
+#[test]
+fn a_commit_waits_for_the_lock_file_another_server_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = VoiceLibrary::open(tmp.path()).unwrap();
+    let lock_path = tmp.path().join(disk::LIBRARY_LOCK);
+    assert!(lock_path.is_file());
+    let a = clip(2400, 0.0);
+    // staging takes the commit lock too: before the other server holds it
+    let staging = lib.stage(&a).unwrap();
+    let other = File::options()
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    other.lock().unwrap();
+    let (lib2, a2) = (lib.clone(), a.clone());
+    let committing = std::thread::spawn(move || lib2.commit("amy", staging, &[]).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!committing.is_finished(), "the commit waits for the lock");
+    assert!(
+        lib.version("amy").is_none(),
+        "nothing visible before the commit"
+    );
+    other.unlock().unwrap();
+    assert!(!committing.join().unwrap().replaced);
+    assert_voice(&lib, "amy", &a2, &[]);
+    assert_eq!(
+        fs::read_dir(lib.version("amy").unwrap()).unwrap().count(),
+        1,
+        "the version holds the clip alone (no lock file)"
+    );
+}
+
+/// A staging directory holds the lock of its own lock file; one of an earlier server holds
+/// the lock of the directory itself: a start leaves both alone and removes them once unlocked.
+#[cfg(unix)]
+#[test]
+fn a_start_tells_live_uploads_by_their_locks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = VoiceLibrary::open(tmp.path()).unwrap();
+    let live = lib.stage(&clip(100, 0.0)).unwrap();
+    assert!(live.path().join(disk::STAGING_LOCK).is_file());
+    let earlier = tmp.path().join(format!("{STAGING}earlier"));
+    fs::create_dir(&earlier).unwrap();
+    let dir_lock = File::open(&earlier).unwrap();
+    dir_lock.lock().unwrap();
+    VoiceLibrary::open(tmp.path()).unwrap();
+    assert!(live.path().join(CLIP).is_file(), "the live upload is left");
+    assert!(earlier.is_dir(), "the earlier server's upload is left");
+    drop(dir_lock);
+    // as a kill leaves it: the directory stays, its lock goes with the process
+    let live_path = live.dir.keep();
+    drop(live.lock);
+    VoiceLibrary::open(tmp.path()).unwrap();
+    assert!(
+        !earlier.exists() && !live_path.exists(),
+        "{:?}",
+        tree(tmp.path())
+    );
 }
