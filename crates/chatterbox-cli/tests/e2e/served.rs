@@ -216,7 +216,7 @@ pub fn whole_wav_samples(b: &[u8]) -> R<usize> {
         "the data size {data} disagrees with the {} bytes after the header",
         b.len() - 44
     );
-    anyhow::ensure!(data > 0 && data % 2 == 0, "{data} bytes of 16-bit samples");
+    anyhow::ensure!(data > 0 && data.is_multiple_of(2), "{data} bytes of 16-bit samples");
     Ok(data / 2)
 }
 
@@ -232,6 +232,6 @@ pub fn streamed_wav_samples(b: &[u8]) -> R<usize> {
         b[4..8] == [0xff; 4] && b[40..44] == [0xff; 4],
         "a stream's header has unknown sizes"
     );
-    anyhow::ensure!((b.len() - 44) % 2 == 0, "half a sample at the end");
+    anyhow::ensure!((b.len() - 44).is_multiple_of(2), "half a sample at the end");
     Ok((b.len() - 44) / 2)
 }
