@@ -216,7 +216,10 @@ pub fn whole_wav_samples(b: &[u8]) -> R<usize> {
         "the data size {data} disagrees with the {} bytes after the header",
         b.len() - 44
     );
-    anyhow::ensure!(data > 0 && data.is_multiple_of(2), "{data} bytes of 16-bit samples");
+    anyhow::ensure!(
+        data > 0 && data.is_multiple_of(2),
+        "{data} bytes of 16-bit samples"
+    );
     Ok(data / 2)
 }
 
