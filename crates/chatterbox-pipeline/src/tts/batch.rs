@@ -3,7 +3,8 @@
 //! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
 //! stream instead of once per stream. The chunks that fall due in a round go through the flow
 //! together (`inference_rows`: padded to the longest and masked, up to
-//! [`SpeechBatch::flow_rows`] per call; streams that have not spoken yet go first), each call's
+//! [`SpeechBatch::flow_rows`] per call; earliest deadline first, see [`super::schedule`]:
+//! a stream's deadline is when its listener runs out of audio), each call's
 //! chunks then through HiFT together, chunks of one length per call (HiFT's convolutions see
 //! past a row's end, so it takes no padding), and out ([`SpeechBatch::step_with`]) before the
 //! next flow call.
@@ -22,9 +23,11 @@
 //! with `flow_rows` 1).
 
 use super::core::TtsCore;
+use super::schedule::{self, Due, Playout};
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
+use crate::s3gen::S3GEN_SR;
 use crate::stream_synth::{vocode_batch, FlowJob, VocodeJob};
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
@@ -77,6 +80,7 @@ pub struct BatchTimings {
 struct Entry<'a> {
     id: StreamId,
     stream: SpeechStream<'a>,
+    playout: Playout,
 }
 
 /// What running a stream's host work gave: its step, its flow job when it waits for one, and
@@ -96,6 +100,8 @@ pub struct SpeechBatch<'a> {
     next_id: StreamId,
     timings: BatchTimings,
     flow_rows: usize,
+    /// How far ahead a chunk counts as urgent (see [`SpeechBatch::set_horizon`]).
+    horizon: Option<Duration>,
     /// Whether the streams' host work may run on rayon's threads (see the module docs).
     parallel: bool,
 }
@@ -121,6 +127,7 @@ impl<'a> SpeechBatch<'a> {
             next_id: 0,
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
+            horizon: None,
             parallel: chatterbox_cuda::ordered(core.t3.device()),
         })
     }
@@ -136,6 +143,35 @@ impl<'a> SpeechBatch<'a> {
         self.flow_rows = rows.max(1);
     }
 
+    /// How far ahead of its listener a chunk counts as urgent.
+    pub fn horizon(&self) -> Option<Duration> {
+        self.horizon
+    }
+
+    /// Sets [`horizon`](Self::horizon): a round runs every flow call led by a chunk whose
+    /// listener runs out of audio within it, and at most one call of work that can wait (chunks
+    /// of streams further ahead, and of streams kept whole), so that the next T3 step is not
+    /// held behind it. `None`: every chunk due runs in the round it falls due (most urgent
+    /// first all the same), the default: on an H200 a horizon of 1 s gave Turbo's streams at
+    /// 16 and 64 clients smaller playback margins than none (docs/benchmarks.md). Only when
+    /// chunks run, not what they hold, depends on it.
+    pub fn set_horizon(&mut self, horizon: Option<Duration>) {
+        self.horizon = horizon;
+    }
+
+    /// Marks stream `id` as kept whole (`live` false: its audio is not played as it arrives,
+    /// so it has no deadline and its chunks go after those of every live stream) or live (the
+    /// default). Returns whether the stream is in the batch.
+    pub fn set_live(&mut self, id: StreamId, live: bool) -> bool {
+        match self.streams.iter_mut().find(|e| e.id == id) {
+            Some(e) => {
+                e.playout.live = live;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Adds `text` spoken in the voice of `conds` with `opts` (checked now: bad input is an
     /// error here, not later). It starts at the next [`SpeechBatch::step`] with a free slot.
     pub fn add(
@@ -147,7 +183,11 @@ impl<'a> SpeechBatch<'a> {
         let stream = SpeechStream::with_conditionals(self.core, conds, text, opts, true)?;
         let id = self.next_id;
         self.next_id += 1;
-        self.streams.push(Entry { id, stream });
+        self.streams.push(Entry {
+            id,
+            stream,
+            playout: Playout::new(Instant::now()),
+        });
         Ok(id)
     }
 
@@ -296,6 +336,7 @@ impl<'a> SpeechBatch<'a> {
         let t2 = Instant::now();
         let mut dirty = vec![true; self.streams.len()];
         let mut flows: Vec<(usize, FlowJob)> = Vec::new();
+        let mut flow_calls = 0;
         loop {
             let mut vocodes = Vec::new();
             // each stream's own host work (its chunk jobs and their draws, joining its audio),
@@ -329,7 +370,11 @@ impl<'a> SpeechBatch<'a> {
                     continue;
                 };
                 let id = self.streams[i].id;
+                let playout = &mut self.streams[i].playout;
                 for c in ready {
+                    if playout.first_audio.is_none() && !c.samples.is_empty() {
+                        playout.first_audio = Some(Instant::now());
+                    }
                     emit(id, BatchOutput::Chunk(c));
                 }
                 let err = match (step, job) {
@@ -354,10 +399,13 @@ impl<'a> SpeechBatch<'a> {
                 for i in vocodes {
                     dirty[i] = true;
                 }
-            } else if flows.is_empty() {
-                break;
             } else {
-                let call = self.next_flow_call(&mut flows);
+                let call = self.next_flow_call(&mut flows, flow_calls == 0);
+                if call.is_empty() {
+                    // nothing due, or nothing urgent: the rest waits for a later round
+                    break;
+                }
+                flow_calls += 1;
                 for (i, _) in &call {
                     dirty[*i] = true;
                 }
@@ -380,21 +428,39 @@ impl<'a> SpeechBatch<'a> {
         });
     }
 
-    /// Takes the next flow call out of `due`: streams that have not played audio yet first,
-    /// then by Euler steps and length (least padding), [`SpeechBatch::flow_rows`] at most, of
-    /// one number of Euler steps.
-    fn next_flow_call(&self, due: &mut Vec<(usize, FlowJob)>) -> Vec<(usize, FlowJob)> {
-        due.sort_by_key(|(i, j)| {
-            (
-                self.streams[*i].stream.samples_emitted() > 0,
-                j.n_timesteps,
-                j.row.noise.dims().get(2).copied(),
-            )
-        });
-        let n = calls(due, self.flow_rows, |(_, j)| j.n_timesteps)
-            .first()
-            .map_or(0, |c| c.len());
-        due.drain(..n).collect()
+    /// Takes the next flow call out of `due` ([`schedule::next_call`]): earliest deadline
+    /// first, [`SpeechBatch::flow_rows`] at most, of one number of Euler steps; none when
+    /// nothing is urgent within the horizon, unless `background` (no call has run this round).
+    fn next_flow_call(
+        &self,
+        due: &mut Vec<(usize, FlowJob)>,
+        background: bool,
+    ) -> Vec<(usize, FlowJob)> {
+        let now = Instant::now();
+        let seen: Vec<Due> = due
+            .iter()
+            .map(|(i, j)| {
+                let e = &self.streams[*i];
+                Due {
+                    deadline: e.playout.deadline(e.stream.samples_emitted(), S3GEN_SR),
+                    steps: j.n_timesteps,
+                    frames: j.row.noise.dims().get(2).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        let picked = schedule::next_call(
+            &seen,
+            self.flow_rows,
+            self.horizon.map(|h| now + h),
+            background,
+        );
+        if picked.is_empty() {
+            return Vec::new();
+        }
+        let mut all: Vec<Option<(usize, FlowJob)>> = due.drain(..).map(Some).collect();
+        let call = picked.iter().filter_map(|&k| all[k].take()).collect();
+        due.extend(all.into_iter().flatten());
+        call
     }
 
     /// Hands the decoder's events to their streams; a stream that fails on its event fails.

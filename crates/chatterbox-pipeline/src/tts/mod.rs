@@ -2,6 +2,7 @@
 //! (chatterbox/mtl_tts.py) and `ChatterboxTurboTTS` (chatterbox/tts_turbo.py), upstream 5de7a54.
 mod batch;
 mod core;
+mod schedule;
 mod stream;
 
 pub use self::core::{
@@ -10,6 +11,7 @@ pub use self::core::{
 };
 
 pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, FLOW_ROWS};
+pub use self::schedule::FIRST_AUDIO_BUDGET;
 pub use self::stream::{AudioChunk, SpeechStream, Truncation};
 
 pub(crate) use self::core::TtsCore;
