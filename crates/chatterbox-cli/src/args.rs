@@ -656,6 +656,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1, env = "CHATTERBOX_RETRY_AFTER",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub retry_after: u64,
+    /// How a batching model seats requests: `slots` (whenever the batch has a free slot:
+    /// under load every stream slows down together) or `capacity` (experimental: while its
+    /// measured pace says every seated stream keeps ahead of its listener; a request that does
+    /// not fit waits in the queue; its slow start still lets early streams run dry, see
+    /// docs/benchmarks.md).
+    #[arg(long, value_name = "POLICY", default_value = "slots",
+          value_parser = ["capacity", "slots"])]
+    pub admission: String,
     /// Requests each model speaks at once per device (continuous batching: one batched T3
     /// step for all of them, the flow and HiFT chunks that fall due together in shared calls;
     /// each request's audio is what it gets alone, up to float rounding); 0 speaks one at a

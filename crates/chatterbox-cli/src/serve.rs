@@ -174,6 +174,7 @@ fn config(args: &ServeArgs, served: &[Planned]) -> Result<ServerConfig> {
     c.voices_dir = args.voices.clone();
     c.queue_capacity = args.queue;
     c.retry_after_secs = args.retry_after;
+    c.capacity_admission = args.admission == "capacity";
     c.request_timeout = Duration::from_secs(args.timeout);
     c.header_timeout = Duration::from_secs(args.header_timeout);
     c.body_timeout = Duration::from_secs(args.body_timeout);
@@ -509,6 +510,8 @@ mod tests {
             "2000",
             "--retry-after",
             "3",
+            "--admission",
+            "capacity",
         ])?;
         let c = config(&a, &planned)?;
         assert_eq!(c.header_timeout, Duration::from_secs(5));
@@ -518,6 +521,7 @@ mod tests {
         assert_eq!(c.max_connections, 9);
         assert_eq!((c.max_json_bytes, c.max_upload_bytes), (1000, 2000));
         assert_eq!(c.retry_after_secs, 3);
+        assert!(c.capacity_admission);
         let d = config(&serve_args(&[])?, &planned)?;
         let lib = ServerConfig::default();
         assert_eq!(
@@ -529,7 +533,8 @@ mod tests {
                 d.max_connections,
                 d.max_json_bytes,
                 d.max_upload_bytes,
-                d.retry_after_secs
+                d.retry_after_secs,
+                d.capacity_admission
             ),
             (
                 lib.header_timeout,
@@ -539,12 +544,14 @@ mod tests {
                 lib.max_connections,
                 lib.max_json_bytes,
                 lib.max_upload_bytes,
-                lib.retry_after_secs
+                lib.retry_after_secs,
+                lib.capacity_admission
             ),
             "the command's defaults are the library's"
         );
         assert!(serve_args(&["--max-connections", "0"]).is_err());
         assert!(serve_args(&["--retry-after", "0"]).is_err());
+        assert!(serve_args(&["--admission", "fifo"]).is_err());
         Ok(())
     }
 

@@ -75,6 +75,12 @@ pub struct ServerConfig {
     /// Pronunciation lexicons a request names in its `lexicon` field (name → lexicon; see
     /// `chatterbox_text::Lexicon`). Default: none.
     pub lexicons: BTreeMap<String, std::sync::Arc<chatterbox_pipeline::Lexicon>>,
+    /// Whether a batched model seats a request only while its measured pace says every
+    /// seated stream keeps ahead of its listener (issue 43, see `capacity.rs`); a request that
+    /// does not fit waits in the queue. `false` (the default): seated whenever the batch has a
+    /// free slot. Not the default yet: on an H200 its slow start made Turbo's streams at 16
+    /// clients run dry (24 of 64) where seating by slot gives none (docs/benchmarks.md).
+    pub capacity_admission: bool,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +103,7 @@ impl Default for ServerConfig {
             voice_aliases: BTreeMap::new(),
             retry_after_secs: 1,
             lexicons: BTreeMap::new(),
+            capacity_admission: false,
         }
     }
 }
@@ -189,6 +196,12 @@ impl ServerConfig {
     /// Sets [`ServerConfig::voice_aliases`].
     pub fn with_voice_aliases(mut self, voice_aliases: BTreeMap<String, String>) -> Self {
         self.voice_aliases = voice_aliases;
+        self
+    }
+
+    /// Sets [`ServerConfig::capacity_admission`].
+    pub fn with_capacity_admission(mut self, on: bool) -> Self {
+        self.capacity_admission = on;
         self
     }
 

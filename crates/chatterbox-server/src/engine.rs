@@ -206,6 +206,8 @@ pub(crate) struct Shared {
     pub(crate) health: Vec<WorkerHealth>,
     /// Jobs (and loaders) that panicked on a worker.
     pub(crate) panics: AtomicU64,
+    /// Whether batches seat requests by measured capacity (else while they have room).
+    pub(crate) by_capacity: bool,
 }
 
 /// The device workers and their queues.
@@ -230,7 +232,14 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// Starts a worker thread per device; each loads its models, then serves its queues.
-    pub(crate) fn start(devices: Vec<DeviceModels>, capacity: usize) -> Result<Self, ServerError> {
+    /// Starts a worker per device; `capacity` requests beyond the workers' may wait in each
+    /// model's queue, and `by_capacity` seats batched requests by measured capacity
+    /// ([`crate::ServerConfig::capacity_admission`]).
+    pub(crate) fn start(
+        devices: Vec<DeviceModels>,
+        capacity: usize,
+        by_capacity: bool,
+    ) -> Result<Self, ServerError> {
         if devices.is_empty() {
             return Err(ServerError::Config("no device to serve from".into()));
         }
@@ -259,6 +268,7 @@ impl Engine {
                 .map(|d| WorkerHealth::new(d.label.clone()))
                 .collect(),
             panics: AtomicU64::new(0),
+            by_capacity,
         });
         let workers = devices.len();
         let probes = devices

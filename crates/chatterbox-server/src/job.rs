@@ -43,6 +43,9 @@ pub(crate) struct SpeechJob {
     pub voice: Option<PathBuf>,
     /// When the request times out.
     pub deadline: Instant,
+    /// Whether its audio is played as it arrives (a stream or SSE), so that it must keep
+    /// pace with its listener; `false` for a whole file.
+    pub live: bool,
     /// Where the audio goes; closed when the client has gone (the job stops then).
     pub tx: mpsc::UnboundedSender<Event>,
 }

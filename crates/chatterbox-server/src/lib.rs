@@ -3,6 +3,7 @@
 mod admission;
 mod app;
 mod auth;
+mod capacity;
 mod captioned;
 mod config;
 mod encoder;

@@ -179,6 +179,13 @@ pub trait RequestBatch {
     /// Drops a request (its client went away or its deadline passed).
     fn cancel(&mut self, id: u64);
 
+    /// Says whether request `id` is played as it arrives (`live`, the default) or kept whole
+    /// (a file, with no listener waiting for its next chunk), for a batch that orders its work
+    /// by the listeners' deadlines. The default ignores it.
+    fn set_live(&mut self, id: u64, live: bool) {
+        let _ = (id, live);
+    }
+
     /// Where the batch's time went so far (logged when a batch empties), if it knows.
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
         None

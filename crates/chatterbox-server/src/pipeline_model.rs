@@ -43,6 +43,8 @@ pub struct PipelineModel {
     batching: Option<BatchOptions>,
     /// Chunks per batched flow call ([`PipelineModel::with_flow_rows`]).
     flow_rows: usize,
+    /// How far ahead a chunk counts as urgent ([`PipelineModel::with_horizon`]).
+    horizon: Option<std::time::Duration>,
 }
 
 impl PipelineModel {
@@ -57,6 +59,7 @@ impl PipelineModel {
             voice_set,
             batching: None,
             flow_rows: chatterbox_pipeline::FLOW_ROWS,
+            horizon: None,
         }
     }
 
@@ -74,6 +77,14 @@ impl PipelineModel {
     /// `chatterbox_pipeline::FLOW_ROWS`.
     pub fn with_flow_rows(mut self, rows: usize) -> Self {
         self.flow_rows = rows.max(1);
+        self
+    }
+
+    /// With batching on, how far ahead of its listener a chunk counts as urgent
+    /// (`SpeechBatch::set_horizon`; `None`, the default: every chunk runs as soon as it is
+    /// due, most urgent first).
+    pub fn with_horizon(mut self, horizon: Option<std::time::Duration>) -> Self {
+        self.horizon = horizon;
         self
     }
 }
@@ -117,6 +128,10 @@ impl RequestBatch for PipelineBatch<'_> {
                 .ok_or_else(|| Box::new(NoBuiltinVoice(self.id)))?,
         };
         Ok(self.batch.add(conds, text, opts)?)
+    }
+
+    fn set_live(&mut self, id: u64, live: bool) {
+        self.batch.set_live(id, live);
     }
 
     fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
@@ -242,6 +257,7 @@ impl SpeechModel for PipelineModel {
             Ok(mut batch) => Ok(Box::new(PipelineBatch {
                 batch: {
                     batch.set_flow_rows(self.flow_rows);
+                    batch.set_horizon(self.horizon);
                     batch
                 },
                 model: &self.inner,

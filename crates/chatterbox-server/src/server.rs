@@ -50,7 +50,7 @@ impl Server {
                 addr: config.addr.to_string(),
                 source,
             })?;
-        let engine = Engine::start(devices, config.queue_capacity)?;
+        let engine = Engine::start(devices, config.queue_capacity, config.capacity_admission)?;
         Ok(Self {
             listener,
             app: Arc::new(App::new(config, engine, voices)),

@@ -185,6 +185,7 @@ pub(crate) async fn handle(
         lexicon,
         voice,
         deadline,
+        live: answer == Answer::Speech && req.stream != StreamFormat::File,
         tx,
     };
     app.engine

@@ -4,7 +4,11 @@
 //!
 //! A model that batches ([`SpeechModel::batch`]) is served differently: its first speech job
 //! opens a batch, and the worker keeps adding that model's queued speech jobs while the batch
-//! has room, stepping all of them together, until the batch and the queue are empty. A voice
+//! has room and, with [`ServerConfig::capacity_admission`](crate::ServerConfig), while its
+//! measured pace says every seated stream keeps ahead of its listener ([`Capacity`]; a job
+//! that does not fit waits at the head of the queue), stepping all of them together, until
+//! the batch and the queue are empty. Each request tells the batch whether it is played as it
+//! arrives ([`RequestBatch::set_live`]), for the order of its audio work. A voice
 //! job taken meanwhile is analysed between two rounds by the batch
 //! ([`RequestBatch::save_voice`]), and admissions go on; only a batch that cannot analyse
 //! makes it wait until the running requests are done (the batch borrows the model). Other
@@ -20,6 +24,7 @@
 //! then answers 503 to what is queued for a model no healthy worker holds, until shutdown. A
 //! job that panics is counted and answered (its channel closes), the gauges are kept right
 //! (a request counts as running only while a guard for it lives), and the worker goes on.
+use crate::capacity::Capacity;
 use crate::engine::{sticky_cuda_error, sticky_cuda_error_in, Fault, Loader, Shared};
 use crate::error::ApiError;
 use crate::job::{Event, Job, SpeechJob, VoiceJob, Work};
@@ -161,6 +166,8 @@ pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
     tracing::info!(device = label, models = ?names, secs = t0.elapsed().as_secs_f32(), "worker ready");
 
     let ids: Vec<ModelId> = by_id.keys().copied().collect();
+    // each batched model's measured pace, kept from one batch to the next
+    let mut capacity: BTreeMap<ModelId, Capacity> = BTreeMap::new();
     while !health.failed() {
         let mut sel = Select::new();
         let mut rxs = Vec::with_capacity(ids.len());
@@ -219,7 +226,8 @@ pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
                             }
                         }
                     }
-                    serve_batch(model.as_ref(), job, rx, &health)
+                    let c = capacity.entry(id).or_default();
+                    serve_batch(model.as_ref(), job, rx, &health, c)
                 }
                 _ => {
                     let _running = RunningGuard::new(&shared.running);
@@ -413,6 +421,8 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
 /// it has had so far, and its place in the `running` gauge.
 struct Running<'a> {
     job: Job,
+    /// Whether it plays as it arrives (see [`SpeechJob::live`]), and at what speed.
+    live: Option<f32>,
     started: Instant,
     samples: usize,
     /// Whether a sentence of its speech was cut at `max_new_tokens`.
@@ -437,6 +447,7 @@ fn serve_batch(
     first: Job,
     rx: &Receiver<Job>,
     health: &Health<'_>,
+    capacity: &mut Capacity,
 ) -> Option<Job> {
     let shared = health.shared;
     let mut batch = match model.batch() {
@@ -495,16 +506,19 @@ fn serve_batch(
                 }
                 job => job,
             };
-            if !batch.has_room() {
+            if !batch.has_room() || !fits(capacity, &running, &job, shared.by_capacity) {
                 pending = Some(job);
                 break;
             }
+            let live = playback(&job);
             match admit(batch.as_mut(), model, job, health) {
                 Admission::Admitted(rid, job) => {
+                    batch.set_live(rid, live.is_some());
                     running.insert(
                         rid,
                         Running {
                             job,
+                            live,
                             started: Instant::now(),
                             samples: 0,
                             truncated: false,
@@ -566,6 +580,8 @@ fn serve_batch(
         // Each chunk goes to its client as soon as the batch has made it; requests that
         // ended or whose client left are settled after the round.
         let mut ended: Vec<(u64, bool)> = Vec::new();
+        let seated = running.len();
+        let round = Instant::now();
         batch.step(&mut |rid, item| {
             let Some(r) = running.get_mut(&rid) else {
                 return;
@@ -611,6 +627,7 @@ fn serve_batch(
                 }
             }
         });
+        capacity.observe(seated, round.elapsed());
         for (rid, cancel) in ended {
             if cancel {
                 batch.cancel(rid);
@@ -631,6 +648,35 @@ fn serve_batch(
             return None;
         }
     }
+}
+
+/// Whether `job` is played as it arrives and at what speed (`None`: a whole file, or not a
+/// speech job).
+fn playback(job: &Job) -> Option<f32> {
+    match &job.work {
+        Work::Speech(s) if s.live => Some(s.overrides.speed.unwrap_or(1.0)),
+        _ => None,
+    }
+}
+
+/// Whether `job` may join the batch of `running` now by its measured capacity
+/// ([`Capacity::admits`], at the speed of its fastest live stream): always without
+/// `by_capacity`, and for a whole file while no live stream is seated (nobody's playback can
+/// suffer then).
+fn fits(
+    capacity: &Capacity,
+    running: &BTreeMap<u64, Running<'_>>,
+    job: &Job,
+    by_capacity: bool,
+) -> bool {
+    if !by_capacity {
+        return true;
+    }
+    let speeds = running.values().filter_map(|r| r.live).chain(playback(job));
+    let Some(speed) = speeds.reduce(f32::max) else {
+        return true;
+    };
+    capacity.admits(running.len(), speed)
 }
 
 /// What became of a speech job offered to a batch.

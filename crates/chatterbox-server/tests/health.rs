@@ -363,7 +363,9 @@ async fn a_failed_device_leaves_its_model_to_the_healthy_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sticky_cuda_error_in_a_batch_stops_the_batch_and_the_worker() {
     let model = Flaky::new(true, 4, Duration::from_millis(60));
-    let s = TestServer::start(ServerConfig::default(), vec![model.device("gpu0")]).await;
+    // seated by slot: the test needs two streams in the batch at once, not a measured pace
+    let config = ServerConfig::default().with_capacity_admission(false);
+    let s = TestServer::start(config, vec![model.device("gpu0")]).await;
     // two streams in the batch, past their first audio
     let mut a = speech(&s, streamed("fine")).await;
     let mut b = speech(&s, streamed("fine")).await;
@@ -443,7 +445,9 @@ async fn a_panicking_job_is_counted_and_leaves_the_gauges_right() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_batch_leaves_the_gauges_right() {
     let model = Flaky::new(false, 4, Duration::from_millis(60));
-    let s = TestServer::start(ServerConfig::default(), vec![model.device("cpu")]).await;
+    // seated by slot: two requests in the batch at once, not a measured pace
+    let config = ServerConfig::default().with_capacity_admission(false);
+    let s = TestServer::start(config, vec![model.device("cpu")]).await;
     let mut a = speech(&s, streamed("fine")).await;
     assert!(a.chunk().await.unwrap().is_some());
     let mut b = speech(&s, streamed("fine")).await;

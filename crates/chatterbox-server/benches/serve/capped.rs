@@ -127,6 +127,9 @@ impl RequestBatch for CappedBatch<'_> {
     fn cancel(&mut self, id: u64) {
         self.inner.cancel(id)
     }
+    fn set_live(&mut self, id: u64, live: bool) {
+        self.inner.set_live(id, live)
+    }
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
         self.inner.timings()
     }

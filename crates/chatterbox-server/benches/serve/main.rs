@@ -15,6 +15,8 @@
 //! T3 decoder (continuous batching, issue 27); 0 (default) one at a time.
 //! `CHATTERBOX_SERVE_FLOW_ROWS=R`: chunks per batched flow call (default
 //! `chatterbox_pipeline::FLOW_ROWS`; 1: each stream's flow alone).
+//! `CHATTERBOX_SERVE_HORIZON_MS=H`: how far ahead of its listener a chunk counts as urgent
+//! (default 0: none, every chunk runs as soon as it is due, most urgent first).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -48,6 +50,8 @@
 //! `worst_margin` (ms). Then `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
 //!
 //! `CHATTERBOX_SERVE_CLIENTS=none` skips the load levels (e.g. for the open loop alone).
+//! `CHATTERBOX_SERVE_ADMISSION` = `slots` (default, the server's: seated while the batch has a
+//! free slot) | `capacity` (seated by measured pace).
 //! `CHATTERBOX_SERVE_QUEUE=Q`: the server's queue capacity (default: the largest of the
 //! levels' and the memory phase's clients, plus 8); beyond it a request gets 429.
 //!
@@ -242,7 +246,11 @@ async fn bench_main() -> anyhow::Result<()> {
             );
             let inner = inner
                 .with_batching(batching)
-                .with_flow_rows(env_usize("CHATTERBOX_SERVE_FLOW_ROWS", FLOW_ROWS));
+                .with_flow_rows(env_usize("CHATTERBOX_SERVE_FLOW_ROWS", FLOW_ROWS))
+                .with_horizon(match env_usize("CHATTERBOX_SERVE_HORIZON_MS", 0) {
+                    0 => None,
+                    ms => Some(Duration::from_millis(ms as u64)),
+                });
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };
@@ -250,6 +258,11 @@ async fn bench_main() -> anyhow::Result<()> {
     config.addr = ([127, 0, 0, 1], 0).into();
     let levels_queue = clients.iter().copied().chain([mem.clients]).max();
     config.queue_capacity = env_usize("CHATTERBOX_SERVE_QUEUE", levels_queue.unwrap_or(8) + 8);
+    config.capacity_admission = match std::env::var("CHATTERBOX_SERVE_ADMISSION").as_deref() {
+        Ok("slots") | Err(_) => false,
+        Ok("capacity") => true,
+        Ok(v) => anyhow::bail!("CHATTERBOX_SERVE_ADMISSION={v:?}: capacity or slots"),
+    };
     // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
     config.request_timeout = Duration::from_secs(3600);
     if mem.upload_every > 0.0 {
