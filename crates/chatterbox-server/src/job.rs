@@ -43,6 +43,10 @@ pub(crate) struct SpeechJob {
     pub voice: Option<PathBuf>,
     /// When the request times out.
     pub deadline: Instant,
+    /// Whether it asked for timestamps (SSE `timestamps` or the captioned answer): its words
+    /// are then timed from T3's alignment heads where the model has them
+    /// (`GenerateOptions::word_alignment`; one request at a time only, a batch estimates them).
+    pub word_timings: bool,
     /// Whether its audio is played as it arrives (a stream or SSE), so that it must keep
     /// pace with its listener; `false` for a whole file.
     pub live: bool,

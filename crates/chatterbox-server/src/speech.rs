@@ -186,6 +186,7 @@ pub(crate) async fn handle(
         voice,
         deadline,
         live: answer == Answer::Speech && req.stream != StreamFormat::File,
+        word_timings: answer == Answer::Captioned || req.timestamps,
         tx,
     };
     app.engine

@@ -354,6 +354,7 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
     let mut opts = model.default_options();
     job.overrides.apply(&mut opts);
     opts.lexicon = job.lexicon.clone();
+    opts.word_alignment = job.word_timings;
     if let Some(cap) = job.max_new_tokens {
         opts.max_new_tokens = opts.max_new_tokens.min(cap.max(1));
     }
