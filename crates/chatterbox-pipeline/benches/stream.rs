@@ -32,7 +32,9 @@
 //!
 //! Knobs: `CHATTERBOX_STREAM_HOPS=12,24,48` replaces both variants' schedule;
 //! `CHATTERBOX_BENCH_RUNS` timed runs (median; default 3) after one warm-up;
-//! `CHATTERBOX_STREAM_ONLY=english|turbo`; `CHATTERBOX_BENCH_DEVICE=cuda` (with
+//! `CHATTERBOX_STREAM_ONLY=english|turbo`; `CHATTERBOX_STREAM_WORD_ALIGNMENT=1` times caption
+//! words from T3's alignment heads (`GenerateOptions::word_alignment`, English; issue 44's
+//! cost); `CHATTERBOX_BENCH_DEVICE=cuda` (with
 //! `--features cuda`) runs on GPU 0 with bf16 T3 and flow.
 use candle_core::Device;
 use chatterbox_pipeline::{
@@ -160,6 +162,8 @@ fn bench_variant(
     if let Some(h) = &s.hops {
         opts.stream = StreamSchedule::new(h.clone());
     }
+    // issue 44's cost of caption words timed from T3's alignment heads (English only)
+    opts.word_alignment = std::env::var_os("CHATTERBOX_STREAM_WORD_ALIGNMENT").is_some();
     let hops = format!("{:?}", opts.stream.hops);
     let names = [
         "ttfa",
