@@ -82,7 +82,8 @@ pub struct GenerateOptions {
     /// by characters (see [`crate::WordTiming::estimated`]): the English and multilingual
     /// models only (Turbo and Nano have none; the batched path of [`crate::SpeechBatch`]
     /// keeps estimated words). Costs per token the attention rows of three heads read to the
-    /// host, and on CUDA the decode steps run eagerly instead of as CUDA graphs. The speech
+    /// host, and on CUDA the decode steps run eagerly instead of as CUDA graphs (English on an
+    /// H200: `generate` 3.8x slower, docs/benchmarks.md). The speech
     /// tokens are those drawn without it (exactly on the CPU; on CUDA up to the summation
     /// order of eager against graph-replayed attention). Sentence timings are exact either
     /// way. Default `false`.

@@ -45,7 +45,8 @@ pub(crate) struct SpeechJob {
     pub deadline: Instant,
     /// Whether it asked for timestamps (SSE `timestamps` or the captioned answer): its words
     /// are then timed from T3's alignment heads where the model has them
-    /// (`GenerateOptions::word_alignment`; one request at a time only, a batch estimates them).
+    /// (`GenerateOptions::word_alignment`; one request at a time on the CPU only: a batch and
+    /// a CUDA device estimate them, see `PipelineModel::stream`).
     pub word_timings: bool,
     /// Whether its audio is played as it arrives (a stream or SSE), so that it must keep
     /// pace with its listener; `false` for a whole file.

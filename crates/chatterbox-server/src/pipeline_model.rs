@@ -233,6 +233,12 @@ impl SpeechModel for PipelineModel {
         if !self.voice_set {
             return Err(Box::new(NoBuiltinVoice(self.id())));
         }
+        // Words timed from T3's alignment heads run its decode eagerly, without the CUDA
+        // graphs: on an H200 English generated 3.8x slower with them and its stream ran dry
+        // (docs/benchmarks.md), so a GPU serves estimated words and keeps real time.
+        let mut opts = opts.clone();
+        opts.word_alignment &= !self.device.is_cuda();
+        let opts = &opts;
         with_model!(&self.inner, m => {
             let s = m.stream(text, opts)?;
             Ok(Box::new(s.map(|c| {
