@@ -37,4 +37,4 @@ pub use suite::{Row, Status, Suite};
 #[cfg(feature = "candle")]
 pub use tensors::{f32_array, i64_array, max_abs, max_abs_diff};
 #[cfg(feature = "candle")]
-pub use weights::{state_dict, uniform};
+pub use weights::{normals, state_dict, uniform};

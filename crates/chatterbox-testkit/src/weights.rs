@@ -15,6 +15,19 @@ pub fn uniform(k: usize, i: usize) -> f32 {
     (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
+/// `n` N(0, `std`) values for tensor `k` (Box-Muller on [`uniform`]): the same on every run,
+/// for tests whose bounds were measured on fixed values (`Tensor::randn` on the CPU cannot be
+/// seeded).
+pub fn normals(k: usize, std: f32, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let a = (1.0 - uniform(k, 2 * i)) / 2.0; // (0, 1]
+            let b = uniform(k, 2 * i + 1) * std::f32::consts::PI;
+            std * (-2.0 * a.ln()).sqrt() * b.cos()
+        })
+        .collect()
+}
+
 /// A state_dict holding every tensor `build` reads, with the shapes it asks for (recorded on a
 /// `VarMap`) and deterministic pseudo-random values: matrices and kernels of unit-variance
 /// outputs (`sqrt(3 / fan_in)` uniform), 1-D gains near 1, small biases and means, positive
