@@ -348,6 +348,34 @@ async fn expected_samples(replica: &Replica) -> Vec<usize> {
     out
 }
 
+/// The load of both tests: [`load`] through `b`'s HAProxy, each request's expected length
+/// taken from replica `reference` alone, once both replicas have answered.
+async fn load_both(
+    b: &Balanced,
+    reference: usize,
+) -> (
+    Arc<AtomicBool>,
+    Arc<Mutex<Vec<Outcome>>>,
+    Open,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let expected = expected_samples(&b.replicas[reference]).await;
+    let (stop, outcomes, open) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::default(),
+        Open::default(),
+    );
+    let clients = load(&b.base, &expected, &stop, &outcomes, &open);
+    wait_until(
+        &outcomes,
+        Duration::from_secs(20),
+        "both replicas answer",
+        |o| served_by(o, "r1") >= 1 && served_by(o, "r2") >= 1,
+    )
+    .await;
+    (stop, outcomes, open, clients)
+}
+
 /// [`CLIENTS`] clients sending requests through `base` one after the other until `stop`;
 /// every outcome.
 fn load(
@@ -458,20 +486,7 @@ async fn a_replica_that_drains_loses_no_request_behind_haproxy() {
         return;
     };
     let mut b = Balanced::start(&bin, &[]).await;
-    let expected = expected_samples(&b.replicas[0]).await;
-    let (stop, outcomes, open) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::default(),
-        Open::default(),
-    );
-    let clients = load(&b.base, &expected, &stop, &outcomes, &open);
-    wait_until(
-        &outcomes,
-        Duration::from_secs(20),
-        "both replicas answer",
-        |o| served_by(o, "r1") >= 1 && served_by(o, "r2") >= 1,
-    )
-    .await;
+    let (stop, outcomes, _open, clients) = load_both(&b, 0).await;
 
     // SIGTERM mid-load: r1 drains (its requests in flight finish, new ones get 503, which
     // HAProxy retries on r2) and exits 0
@@ -519,20 +534,7 @@ async fn a_killed_replica_fails_only_its_requests_in_flight_behind_haproxy() {
         return;
     };
     let mut b = Balanced::start(&bin, &[]).await;
-    let expected = expected_samples(&b.replicas[1]).await;
-    let (stop, outcomes, open) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::default(),
-        Open::default(),
-    );
-    let clients = load(&b.base, &expected, &stop, &outcomes, &open);
-    wait_until(
-        &outcomes,
-        Duration::from_secs(20),
-        "both replicas answer",
-        |o| served_by(o, "r1") >= 1 && served_by(o, "r2") >= 1,
-    )
-    .await;
+    let (stop, outcomes, open, clients) = load_both(&b, 1).await;
 
     // SIGKILL mid-load, right after r2 began a streamed answer: r2's requests in flight are
     // cut; nothing it half-sent may reach a client as a success, and HAProxy sends the rest to
