@@ -422,8 +422,6 @@ fn speak(model: &mut dyn SpeechModel, job: SpeechJob, health: &Health<'_>) {
 /// it has had so far, and its place in the `running` gauge.
 struct Running<'a> {
     job: Job,
-    /// Whether it plays as it arrives (see [`SpeechJob::live`]), and at what speed.
-    live: Option<f32>,
     started: Instant,
     samples: usize,
     /// Whether a sentence of its speech was cut at `max_new_tokens`.
@@ -511,15 +509,13 @@ fn serve_batch(
                 pending = Some(job);
                 break;
             }
-            let live = playback(&job);
             match admit(batch.as_mut(), model, job, health) {
                 Admission::Admitted(rid, job) => {
-                    batch.set_live(rid, live.is_some());
+                    batch.set_live(rid, playback(&job).is_some());
                     running.insert(
                         rid,
                         Running {
                             job,
-                            live,
                             started: Instant::now(),
                             samples: 0,
                             truncated: false,
@@ -673,7 +669,10 @@ fn fits(
     if !by_capacity {
         return true;
     }
-    let speeds = running.values().filter_map(|r| r.live).chain(playback(job));
+    let speeds = running
+        .values()
+        .filter_map(|r| playback(&r.job))
+        .chain(playback(job));
     let Some(speed) = speeds.reduce(f32::max) else {
         return true;
     };
