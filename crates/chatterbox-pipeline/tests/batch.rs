@@ -450,3 +450,64 @@ fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
     assert!(!last.contains_key(&cancelled));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn deadline_cuts_feed_a_listener_the_schedule_would_starve() {
+    let dir = checkpoint_dir("turbo", "batch-deadline-cuts");
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    // a first chunk of 12 tokens, then one of 1000: after the first chunk's audio (a few
+    // hundred milliseconds) nothing would come before the end. Speed 0.5 makes each token
+    // 80 ms of the listener's audio, so that even a busy test machine's rounds (a few ms here)
+    // stay under it: no cut is made for a batch slower than real time.
+    let mut opts = GenerateOptions::turbo()
+        .with_seed(5)
+        .with_stream_schedule(StreamSchedule::new(vec![12, 1000]));
+    opts.max_new_tokens = 60;
+    opts.speed = 0.5;
+    let run = |cuts: bool| {
+        let mut batch = tts
+            .batch(
+                BatchOptions::default()
+                    .with_slots(1)
+                    .with_positions(256)
+                    .with_bucket(32),
+            )
+            .unwrap();
+        batch.set_flow_rows(1);
+        batch.set_deadline_cuts(cuts);
+        assert_eq!(batch.deadline_cuts(), cuts);
+        let job = Job {
+            voice: 0,
+            text: "Hello there, a stream that would starve.",
+            opts: opts.clone(),
+            join_at: 0,
+        };
+        let chunks = batched(&mut batch, std::slice::from_ref(&voice), &[job]).remove(0);
+        (chunks, batch.timings())
+    };
+    let (plain, plain_t) = run(false);
+    let (cut, cut_t) = run(true);
+    assert_eq!(plain_t.deadline_cuts, 0);
+    assert!(cut_t.deadline_cuts > 0, "{cut_t:?}");
+    // every cut is a chunk more; the first chunk and the tokens are the schedule's
+    let count = |c: &[AudioChunk]| c.iter().filter(|c| !c.samples.is_empty()).count();
+    assert!(
+        count(&cut) > count(&plain),
+        "{} {}",
+        count(&cut),
+        count(&plain)
+    );
+    assert_eq!(cut_t.flow_chunks, plain_t.flow_chunks + cut_t.deadline_cuts);
+    assert_eq!(cut[0], plain[0]);
+    let len = |c: &[AudioChunk]| c.iter().map(|c| c.samples.len()).sum::<usize>();
+    assert_eq!(len(&cut), len(&plain));
+    assert!(cut.iter().flat_map(|c| &c.samples).all(|v| v.is_finite()));
+    assert!(cut.last().unwrap().is_last);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -465,6 +465,75 @@ fn seeded_stream_is_reproducible() -> R<()> {
     Ok(())
 }
 
+/// A chunk cut before its scheduled size (`cut`, the batch's deadline cuts) is exactly the
+/// chunk of a schedule with that hop: same audio, chunk for chunk.
+#[test]
+fn a_cut_chunk_is_the_chunk_of_a_schedule_with_that_hop() -> R<()> {
+    let Some((ffx, vfx)) = case("stream_meanflow")? else {
+        return Ok(());
+    };
+    let ft = tensors(ffx.safetensors_path())?;
+    let s3 = s3gen(&ffx, &vfx)?;
+    let voice = voice(&ft)?;
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 271 + 5) % 6561).collect();
+    let opts = S3GenOptions::default();
+    let mut cut = StreamingSynth::new(
+        &s3,
+        &voice,
+        StreamSchedule::new(vec![6, 100]),
+        opts.clone(),
+        SeededDraws::new(3),
+    )?;
+    let mut got = Vec::new();
+    // the first chunk (6 tokens and the lookahead) comes as scheduled
+    got.extend(cut.push_chunks(&tokens[..9])?);
+    assert_eq!(got.len(), 1);
+    // 3 more: 6 past the first chunk, 3 of them would be made final (the flow looks 3
+    // ahead), fewer than the 4 asked for
+    cut.push(&tokens[9..12])?;
+    assert_eq!(cut.tokens_to_next_chunk(), 6 + 100 + 3 - 12);
+    assert!(!cut.cut(4));
+    assert!(!cut.is_due());
+    // 7 more: 10 made final
+    cut.push(&tokens[12..19])?;
+    assert!(cut.cut(4));
+    assert!(cut.is_due());
+    assert_eq!(cut.tokens_to_next_chunk(), 0);
+    assert!(!cut.cut(4), "a chunk is already due");
+    while let Some(job) = cut.next_flow()? {
+        let mel = job.run(s3.flow())?;
+        got.push(cut.complete(&mel)?);
+    }
+    assert_eq!(got.len(), 2);
+    // the schedule goes on after the cut: the next chunk is 100 tokens away
+    got.extend(cut.push_chunks(&tokens[19..])?);
+    assert_eq!(got.len(), 2);
+    got.push(cut.finish_chunk()?);
+    assert!(!cut.cut(1), "a finished stream is not cut");
+
+    let mut sched = StreamingSynth::new(
+        &s3,
+        &voice,
+        StreamSchedule::new(vec![6, 10, 100]),
+        opts,
+        SeededDraws::new(3),
+    )?;
+    let mut want = Vec::new();
+    for t in &tokens {
+        want.extend(sched.push_chunks(std::slice::from_ref(t))?);
+    }
+    want.push(sched.finish_chunk()?);
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(
+            (a.index, a.sample_offset, a.is_last),
+            (b.index, b.sample_offset, b.is_last)
+        );
+        assert!(a.audio == b.audio, "chunk {}: different audio", b.index);
+    }
+    Ok(())
+}
+
 #[test]
 fn misuse_is_a_typed_error() -> R<()> {
     let Some((ffx, vfx)) = case("stream_cfg")? else {

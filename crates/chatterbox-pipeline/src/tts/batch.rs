@@ -23,7 +23,7 @@
 //! with `flow_rows` 1).
 
 use super::core::TtsCore;
-use super::schedule::{self, Due, Playout};
+use super::schedule::{self, Due, Pace, Playout};
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
@@ -75,6 +75,9 @@ pub struct BatchTimings {
     pub vocoder_calls: u64,
     /// Chunks those calls made.
     pub vocoder_chunks: u64,
+    /// Chunks cut before their scheduled size for a listener about to run out of audio
+    /// ([`SpeechBatch::set_deadline_cuts`]).
+    pub deadline_cuts: u64,
 }
 
 struct Entry<'a> {
@@ -83,12 +86,13 @@ struct Entry<'a> {
     playout: Playout,
 }
 
-/// What running a stream's host work gave: its step, its flow job when it waits for one, and
-/// the chunks it made.
+/// What running a stream's host work gave: its step, its flow job when it waits for one, the
+/// chunks it made, and whether its next chunk was cut for its deadline.
 type Pumped = (
     Result<Step>,
     Option<Result<Option<FlowJob>>>,
     Vec<AudioChunk>,
+    bool,
 );
 
 /// Streams spoken together: see the module docs. Created by the models' `batch`.
@@ -102,6 +106,13 @@ pub struct SpeechBatch<'a> {
     flow_rows: usize,
     /// How far ahead a chunk counts as urgent (see [`SpeechBatch::set_horizon`]).
     horizon: Option<Duration>,
+    /// Whether chunks are cut early for their deadlines (see
+    /// [`SpeechBatch::set_deadline_cuts`]).
+    deadline_cuts: bool,
+    /// The measured round and call times the cuts are decided on.
+    pace: Pace,
+    /// When the last round started (`None` after a round that left the batch empty).
+    last_round: Option<Instant>,
     /// Whether the streams' host work may run on rayon's threads (see the module docs).
     parallel: bool,
 }
@@ -128,6 +139,9 @@ impl<'a> SpeechBatch<'a> {
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
             horizon: None,
+            deadline_cuts: false,
+            pace: Pace::default(),
+            last_round: None,
             parallel: chatterbox_cuda::ordered(core.t3.device()),
         })
     }
@@ -157,6 +171,23 @@ impl<'a> SpeechBatch<'a> {
     /// chunks run, not what they hold, depends on it.
     pub fn set_horizon(&mut self, horizon: Option<Duration>) {
         self.horizon = horizon;
+    }
+
+    /// Whether chunks are cut early for their listeners' deadlines.
+    pub fn deadline_cuts(&self) -> bool {
+        self.deadline_cuts
+    }
+
+    /// Sets [`deadline_cuts`](Self::deadline_cuts): a live stream waiting for the tokens of
+    /// its next chunk has that chunk made on the tokens it has (never fewer than its
+    /// schedule's first hop) when, at the batch's measured round and call times, the
+    /// scheduled chunk would reach its listener after the audio sent so far has played (see
+    /// [`super::schedule`]). Keeps streams fed when the batch makes tokens faster than real
+    /// time but not the three to four times faster that the schedule's growing chunks need;
+    /// costs a flow and a HiFT call per cut. Off by default: a stream's audio then depends
+    /// only on its own inputs (with cuts, also on when its chunks were cut).
+    pub fn set_deadline_cuts(&mut self, on: bool) {
+        self.deadline_cuts = on;
     }
 
     /// Marks stream `id` as kept whole (`live` false: its audio is not played as it arrives,
@@ -275,10 +306,13 @@ impl<'a> SpeechBatch<'a> {
     pub fn step_with(&mut self, mut emit: impl FnMut(StreamId, BatchOutput)) {
         let mut out = Vec::new();
         let mut failed: Vec<StreamId> = Vec::new();
+        let t0 = Instant::now();
+        if let Some(last) = self.last_round.replace(t0) {
+            self.pace.observe_round(t0 - last);
+        }
         // Admissions, first come first served: every stream that needs its next sentence
         // queues it while slots are free, then one prefill call admits as many as its budget
         // holds (the rest next round, so running streams wait one call per round).
-        let t0 = Instant::now();
         for i in 0..self.streams.len() {
             if !self.decoder.has_room() {
                 break;
@@ -339,18 +373,33 @@ impl<'a> SpeechBatch<'a> {
         let mut flow_calls = 0;
         loop {
             let mut vocodes = Vec::new();
+            let (cuts, pace, now) = (self.deadline_cuts, self.pace, Instant::now());
             // each stream's own host work (its chunk jobs and their draws, joining its audio),
             // on rayon's threads where the device orders their work: the streams share nothing
             let pump = |(e, dirty): (&mut Entry<'a>, &mut bool)| -> Option<Pumped> {
                 if !std::mem::take(dirty) || failed.contains(&e.id) {
                     return None;
                 }
-                let step = e.stream.pump();
+                let mut step = e.stream.pump();
+                let mut cut = false;
+                if cuts && matches!(step, Ok(Step::Blocked)) && e.playout.first_audio.is_some() {
+                    let deadline = e.playout.deadline(e.stream.samples_emitted(), S3GEN_SR);
+                    if let (Some(deadline), Some(tokens)) =
+                        (deadline, e.stream.tokens_to_next_chunk())
+                    {
+                        let token_audio = e.stream.token_audio();
+                        if pace.cut_now(now, deadline, tokens, token_audio) && e.stream.cut_chunk()
+                        {
+                            cut = true;
+                            step = e.stream.pump();
+                        }
+                    }
+                }
                 let job = match step {
                     Ok(Step::Flow) => Some(e.stream.flow_job()),
                     _ => None,
                 };
-                Some((step, job, e.stream.take_ready().collect()))
+                Some((step, job, e.stream.take_ready().collect(), cut))
             };
             let pumped: Vec<Option<Pumped>> = if self.parallel {
                 self.streams
@@ -366,9 +415,10 @@ impl<'a> SpeechBatch<'a> {
                     .collect()
             };
             for (i, p) in pumped.into_iter().enumerate() {
-                let Some((step, job, ready)) = p else {
+                let Some((step, job, ready, cut)) = p else {
                     continue;
                 };
+                self.timings.deadline_cuts += u64::from(cut);
                 let id = self.streams[i].id;
                 let playout = &mut self.streams[i].playout;
                 for c in ready {
@@ -426,6 +476,10 @@ impl<'a> SpeechBatch<'a> {
             }
             !gone
         });
+        if self.streams.is_empty() {
+            // an idle gap before the next stream is not a round
+            self.last_round = None;
+        }
     }
 
     /// Takes the next flow call out of `due` ([`schedule::next_call`]): earliest deadline
@@ -511,6 +565,7 @@ impl<'a> SpeechBatch<'a> {
             }
         };
         self.timings.flow += t0.elapsed();
+        self.pace.observe_flow_call(t0.elapsed());
         self.timings.flow_calls += 1;
         self.timings.flow_chunks += group.len() as u64;
         match mels {
@@ -546,6 +601,7 @@ impl<'a> SpeechBatch<'a> {
             let t0 = Instant::now();
             let outs = vocode_batch(hift, &jobs);
             self.timings.vocoder += t0.elapsed();
+            self.pace.observe_vocoder_call(t0.elapsed());
             self.timings.vocoder_calls += 1;
             self.timings.vocoder_chunks += group.len() as u64;
             match outs {

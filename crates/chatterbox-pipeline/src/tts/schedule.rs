@@ -12,6 +12,14 @@
 //! ([`next_call`]). With a horizon set, work that nobody needs yet (no deadline within the
 //! horizon) runs at most one call per round, so the T3 step that feeds every stream is not
 //! held behind audio that can wait.
+//!
+//! A stream's chunks grow (Turbo: 10, 30, 120, then 480 tokens), which keeps the flow calls
+//! few, but each must be made while the one before it plays: the batch has to make tokens
+//! three to four times faster than real time. Under load it cannot, and the listener runs dry
+//! waiting for a chunk of 120 tokens while 30 play. With deadline cuts on, a live stream whose
+//! next chunk would come after its listener runs out ([`Pace::cut_now`]: the tokens still
+//! missing at the measured round time, then a chunk's calls) has its chunk cut on the tokens
+//! it has, never fewer than its first hop: more, smaller chunks exactly when they are needed.
 use std::time::{Duration, Instant};
 
 /// How soon after joining a live stream's first chunk falls due.
@@ -48,6 +56,65 @@ impl Playout {
             None => self.added + FIRST_AUDIO_BUDGET,
             Some(t) => t + Duration::from_secs_f64(emitted as f64 / f64::from(sample_rate)),
         })
+    }
+}
+
+/// How much the newest measurement weighs in [`Pace`]'s means (about ten rounds make most of
+/// them).
+const PACE_WEIGHT: f64 = 0.2;
+
+/// A batch's measured pace: exponentially weighted means of a round (a T3 step for every
+/// stream, with that round's audio work) and of a chunk's flow and HiFT calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Pace {
+    pub round: Option<Duration>,
+    pub flow_call: Option<Duration>,
+    pub vocoder_call: Option<Duration>,
+}
+
+fn mix(mean: &mut Option<Duration>, took: Duration) {
+    *mean = Some(match *mean {
+        None => took,
+        Some(m) => m.mul_f64(1.0 - PACE_WEIGHT) + took.mul_f64(PACE_WEIGHT),
+    });
+}
+
+impl Pace {
+    pub(crate) fn observe_round(&mut self, took: Duration) {
+        mix(&mut self.round, took);
+    }
+
+    pub(crate) fn observe_flow_call(&mut self, took: Duration) {
+        mix(&mut self.flow_call, took);
+    }
+
+    pub(crate) fn observe_vocoder_call(&mut self, took: Duration) {
+        mix(&mut self.vocoder_call, took);
+    }
+
+    /// Whether a live stream whose listener runs out of audio at `deadline`, and whose next
+    /// chunk falls due after `tokens` more tokens, should have that chunk cut now: when it
+    /// would come too late (the tokens and the round after them at the mean round time, then
+    /// a flow and a HiFT call). Never while nothing is measured, nor when a round takes as
+    /// long as the audio a token makes for the listener (`token_audio`, seconds): a batch
+    /// slower than real time gains nothing from smaller chunks, each of which costs a call.
+    pub(crate) fn cut_now(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        tokens: usize,
+        token_audio: f64,
+    ) -> bool {
+        let (Some(round), Some(flow), Some(vocoder)) =
+            (self.round, self.flow_call, self.vocoder_call)
+        else {
+            return false;
+        };
+        if round.as_secs_f64() >= token_audio {
+            return false;
+        }
+        let ready = now + round * (tokens as u32).saturating_add(1) + flow + vocoder;
+        ready > deadline
     }
 }
 
@@ -115,6 +182,48 @@ mod tests {
             steps: Some(steps),
             frames,
         }
+    }
+
+    fn pace(round: u64, flow: u64, vocoder: u64) -> Pace {
+        let d = Duration::from_millis;
+        Pace {
+            round: Some(d(round)),
+            flow_call: Some(d(flow)),
+            vocoder_call: Some(d(vocoder)),
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_cut_when_the_schedules_would_come_too_late() {
+        let t0 = Instant::now();
+        let dl = t0 + Duration::from_millis(400);
+        // 30 tokens at 10 ms, then 60 ms of calls: 370 ms, in time for a listener at 400 ms
+        let p = pace(10, 40, 20);
+        assert!(!p.cut_now(t0, dl, 29, 0.04));
+        // 14 ms rounds (64 Turbo streams on an H200): 494 ms, too late
+        assert!(pace(14, 40, 20).cut_now(t0, dl, 29, 0.04));
+        // a listener already out of audio
+        assert!(p.cut_now(t0, t0, 1, 0.04));
+        // at speed 2 a token is 20 ms of audio: 25 ms rounds cannot keep up by any cut
+        assert!(pace(14, 40, 20).cut_now(t0, dl, 29, 0.02));
+        assert!(!pace(25, 40, 20).cut_now(t0, dl, 29, 0.02));
+        // a batch slower than real time, or nothing measured yet: no cut
+        assert!(!pace(40, 40, 20).cut_now(t0, t0, 29, 0.04));
+        assert!(!Pace::default().cut_now(t0, t0, 29, 0.04));
+    }
+
+    #[test]
+    fn pace_means_weigh_the_newest_round_by_a_fifth() {
+        let mut p = Pace::default();
+        p.observe_round(Duration::from_millis(10));
+        assert_eq!(p.round, Some(Duration::from_millis(10)));
+        p.observe_round(Duration::from_millis(20));
+        let round = p.round.map(|r| r.as_secs_f64()).unwrap_or(0.0);
+        assert!((round - 0.012).abs() < 1e-9, "{round}");
+        p.observe_flow_call(Duration::from_millis(5));
+        p.observe_vocoder_call(Duration::from_millis(3));
+        assert_eq!(p.flow_call, Some(Duration::from_millis(5)));
+        assert_eq!(p.vocoder_call, Some(Duration::from_millis(3)));
     }
 
     #[test]
