@@ -462,6 +462,11 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// stream is unusable: drop it.
     pub fn push_chunks(&mut self, tokens: &[u32]) -> Result<Vec<StreamChunk>> {
         self.push(tokens)?;
+        self.run_due()
+    }
+
+    /// Runs every chunk that is due, in order: its flow call, then its HiFT call.
+    fn run_due(&mut self) -> Result<Vec<StreamChunk>> {
         let mut out = Vec::new();
         while let Some(job) = self.next_flow()? {
             let mel = job.run(self.s3gen.flow())?;
@@ -482,16 +487,13 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// The last chunk: every remaining token with `finalize = true`.
     pub fn finish_chunk(&mut self) -> Result<StreamChunk> {
         self.end()?;
-        let mut last = None;
-        while let Some(job) = self.next_flow()? {
-            let mel = job.run(self.s3gen.flow())?;
-            last = Some(self.complete(&mel)?);
-        }
         // `end` leaves exactly one chunk due (push_chunks made the regular ones)
-        last.ok_or_else(|| PipelineError::InvalidInput {
-            what: "speech tokens",
-            reason: "no tokens to synthesise".into(),
-        })
+        self.run_due()?
+            .pop()
+            .ok_or_else(|| PipelineError::InvalidInput {
+                what: "speech tokens",
+                reason: "no tokens to synthesise".into(),
+            })
     }
 
     /// Ends the stream; returns the rest of the audio.
