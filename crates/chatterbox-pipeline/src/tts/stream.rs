@@ -167,6 +167,21 @@ struct Sentence<'a> {
     positions: Option<Vec<usize>>,
 }
 
+impl Sentence<'_> {
+    /// Hands speech tokens to the synthesiser. `batched`: the chunks they complete wait for
+    /// the driver's flow and HiFT calls (no audio yet); own tokens: the chunks run at once,
+    /// and their audio is returned.
+    fn push(&mut self, tokens: &[u32], batched: bool) -> Result<Vec<f32>> {
+        self.pushed += tokens.len();
+        if batched {
+            self.synth.push(tokens)?;
+            Ok(Vec::new())
+        } else {
+            self.synth.push_tokens(tokens)
+        }
+    }
+}
+
 /// A text being spoken, as an iterator of [`AudioChunk`]s (created by the models' `stream`).
 ///
 /// Each `next()` runs T3 decode steps until the next chunk of audio is final (then the flow
@@ -611,13 +626,7 @@ impl<'a> SpeechStream<'a> {
                 s.drawn += 1;
                 let (chunk, generated) = (s.index, s.drawn);
                 let audio = if t < SPEECH_VOCAB_SIZE {
-                    s.pushed += 1;
-                    if self.batched {
-                        s.synth.push(&[t])?;
-                        Vec::new()
-                    } else {
-                        s.synth.push_tokens(&[t])?
-                    }
+                    s.push(&[t], self.batched)?
                 } else {
                     if t != self.core.t3.config().stop_speech_token {
                         s.skipped += 1;
@@ -646,22 +655,18 @@ impl<'a> SpeechStream<'a> {
                 if s.skipped > 0 && variant == Variant::Multilingual {
                     tracing::warn!("dropping speech tokens outside S3Gen's vocabulary");
                 }
-                let turbo = matches!(variant, Variant::Turbo | Variant::Nano);
-                if self.batched {
-                    if turbo {
-                        s.synth.push(&[S3GEN_SIL; 3])?;
-                        s.pushed += 3;
-                    }
-                    no_speech_check(s)?;
-                    s.synth.end()?;
-                    s.ending = Some(Vec::new());
+                // the audio of the chunks made since T3 stopped (batched: none yet)
+                let audio = if matches!(variant, Variant::Turbo | Variant::Nano) {
+                    s.push(&[S3GEN_SIL; 3], self.batched)?
                 } else {
-                    let mut audio = Vec::new();
-                    if turbo {
-                        audio = s.synth.push_tokens(&[S3GEN_SIL; 3])?;
-                        s.pushed += 3;
-                    }
-                    no_speech_check(s)?;
+                    Vec::new()
+                };
+                no_speech_check(s)?;
+                if self.batched {
+                    // the final chunk is made by the driver's calls; `ending` collects its audio
+                    s.synth.end()?;
+                    s.ending = Some(audio);
+                } else {
                     let last = s.synth.finish_chunk()?;
                     self.end_sentence(audio, last)?;
                 }
