@@ -8,7 +8,9 @@ use std::process::Command;
 
 /// Bench groups are found in the tree: a group `G` is a `crates/<crate>/benches/G.rs` (a
 /// `harness = false` bench that appends [`BenchRecord`] lines to `$CHATTERBOX_BENCH_OUT`),
-/// optionally with `parity/bench/G.py` timing the reference on the same shapes.
+/// optionally with `parity/bench/G.py` timing the reference on the same shapes (`goals`:
+/// issue 41's goals table, `crates/chatterbox-pipeline/benches/goals.rs` and
+/// `parity/bench/goals.py`, which prints the table of both sides at its end).
 fn groups() -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(crate::root().join("crates"))? {
@@ -114,7 +116,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         .args(["bench", "--quiet", "--package", krate, "--bench", bench])
         .env("CHATTERBOX_BENCH_OUT", &rust_out)
         .env("CHATTERBOX_BENCH_THREADS", args.threads.to_string())
-        .env("RAYON_NUM_THREADS", args.threads.to_string());
+        .env("RAYON_NUM_THREADS", args.threads.to_string())
+        // candle's quantized kernels run on a pool of their own (`goals`, `t3_quant`): the
+        // same count, whatever the caller's environment says
+        .env("CANDLE_NUM_THREADS", args.threads.to_string());
     eprintln!("+ {cmd:?}");
     let status = cmd.status().context("cannot run cargo bench")?;
     anyhow::ensure!(status.success(), "cargo bench failed ({status})");
