@@ -10,14 +10,12 @@
 
 mod support;
 
-use chatterbox_pipeline::GenerateOptions;
-use chatterbox_server::{ChunkIter, DeviceModels, ModelError, ModelId, ServerConfig, SpeechModel};
+use chatterbox_server::{ChunkIter, DeviceModels, ModelError, ServerConfig};
 use serde_json::json;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, TestServer};
+use support::{expect_error, speech, Speaks, TestServer, Voiceless};
 
 /// Requests admitted at once: the one worker's and the queue's.
 const ADMITTED: usize = 8;
@@ -33,7 +31,7 @@ struct Gated {
 
 impl Gated {
     fn device(&self) -> DeviceModels {
-        DeviceModels::loaded("gated", vec![Box::new(self.clone())])
+        DeviceModels::loaded("gated", vec![Box::new(Voiceless(self.clone()))])
     }
 
     fn set(&self, open: bool) {
@@ -41,24 +39,8 @@ impl Gated {
     }
 }
 
-impl SpeechModel for Gated {
-    fn id(&self) -> ModelId {
-        ModelId::English
-    }
-
-    fn default_options(&self) -> GenerateOptions {
-        GenerateOptions::english()
-    }
-
-    fn use_voice(&mut self, _path: Option<&Path>) -> Result<(), ModelError> {
-        Ok(())
-    }
-
-    fn save_voice(&mut self, _: &chatterbox_dsp::Audio, _: &Path) -> Result<(), ModelError> {
-        Err("the gated fake has no voices".into())
-    }
-
-    fn stream<'a>(&'a self, _: &str, _: &GenerateOptions) -> Result<ChunkIter<'a>, ModelError> {
+impl Speaks for Gated {
+    fn speak(&self, _: &str) -> Result<ChunkIter<'_>, ModelError> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.open.load(Ordering::SeqCst) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));

@@ -8,16 +8,14 @@
 
 mod support;
 
-use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
     ChunkIter, DeviceModels, ModelError, ModelId, Server, ServerConfig, ServerError, SpeechModel,
 };
 use serde_json::json;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use support::{expect_error, json_post, speech, Fake, TestServer};
+use support::{expect_error, json_post, speech, Fake, Speaks, TestServer, Voiceless};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -69,32 +67,8 @@ async fn read_until_closed(conn: &mut (impl AsyncReadExt + Unpin), limit: Durati
 /// may): text starting with `late` fails after one chunk, any other text at once.
 struct Leaky;
 
-impl SpeechModel for Leaky {
-    fn id(&self) -> ModelId {
-        ModelId::English
-    }
-
-    fn default_options(&self) -> GenerateOptions {
-        GenerateOptions::english()
-    }
-
-    fn use_voice(&mut self, _path: Option<&Path>) -> Result<(), ModelError> {
-        Ok(())
-    }
-
-    fn save_voice(
-        &mut self,
-        _audio: &chatterbox_dsp::Audio,
-        _path: &Path,
-    ) -> Result<(), ModelError> {
-        Err("cannot save".into())
-    }
-
-    fn stream<'a>(
-        &'a self,
-        text: &str,
-        _opts: &GenerateOptions,
-    ) -> Result<ChunkIter<'a>, ModelError> {
+impl Speaks for Leaky {
+    fn speak(&self, text: &str) -> Result<ChunkIter<'_>, ModelError> {
         let detail = format!("cannot read /srv/secret/t3_cfg.safetensors while speaking {text:?}");
         if !text.starts_with("late") {
             return Err(detail.into());
@@ -261,7 +235,10 @@ async fn every_error_is_openai_json_and_500s_keep_their_detail_to_the_log() {
     // 500: the model's error names a file and the text; the client gets neither
     let s = TestServer::start(
         config,
-        vec![DeviceModels::loaded("leaky", vec![Box::new(Leaky)])],
+        vec![DeviceModels::loaded(
+            "leaky",
+            vec![Box::new(Voiceless(Leaky))],
+        )],
     )
     .await;
     let mut body = req("wav");

@@ -8,18 +8,15 @@
 
 mod support;
 
-use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
-    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, RequestBatch, ServerConfig,
-    SpeechModel,
+    BatchItem, ChunkIter, DeviceModels, ModelError, RequestBatch, ServerConfig,
 };
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{expect_error, speech, TestServer};
+use support::{expect_error, speech, RoundModel, Rounds, Speaks, TestServer, Voiceless};
 
 /// What a cudarc driver error looks like inside candle's error, under the pipeline's.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +57,7 @@ impl Flaky {
     }
 
     fn device(&self, label: &str) -> DeviceModels {
-        DeviceModels::loaded(label, vec![Box::new(self.clone())])
+        DeviceModels::loaded(label, vec![Box::new(Voiceless(self.clone()))])
     }
 
     fn trigger(&self, text: &str) -> Option<Result<(), ModelError>> {
@@ -87,32 +84,8 @@ fn chunk(i: usize) -> Vec<f32> {
         .collect()
 }
 
-impl SpeechModel for Flaky {
-    fn id(&self) -> ModelId {
-        ModelId::English
-    }
-
-    fn default_options(&self) -> GenerateOptions {
-        GenerateOptions::english()
-    }
-
-    fn use_voice(&mut self, _path: Option<&Path>) -> Result<(), ModelError> {
-        Ok(())
-    }
-
-    fn save_voice(
-        &mut self,
-        _audio: &chatterbox_dsp::Audio,
-        _path: &Path,
-    ) -> Result<(), ModelError> {
-        Ok(())
-    }
-
-    fn stream<'a>(
-        &'a self,
-        text: &str,
-        _opts: &GenerateOptions,
-    ) -> Result<ChunkIter<'a>, ModelError> {
+impl Speaks for Flaky {
+    fn speak(&self, text: &str) -> Result<ChunkIter<'_>, ModelError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let text = text.to_string();
         Ok(Box::new((0..CHUNKS).map(move |i| {
@@ -132,81 +105,43 @@ impl SpeechModel for Flaky {
     }
 
     fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
-        (self.slots > 1).then(|| {
-            let b: Box<dyn RequestBatch + '_> = Box::new(FlakyBatch {
-                model: self,
-                reqs: BTreeMap::new(),
-                next: 0,
-            });
-            Ok(b)
-        })
+        Rounds::of(self)
     }
 }
 
 /// A [`Flaky`]'s batch: one chunk per request and round; a trigger fires in the round after
 /// the request's first chunk.
-struct FlakyBatch<'a> {
-    model: &'a Flaky,
+impl RoundModel for Flaky {
     /// Text and chunks made.
-    reqs: BTreeMap<u64, (String, usize)>,
-    next: u64,
-}
+    type Request = (String, usize);
 
-impl RequestBatch for FlakyBatch<'_> {
-    fn has_room(&self) -> bool {
-        self.reqs.len() < self.model.slots
+    fn slots(&self) -> usize {
+        self.slots
     }
 
-    fn len(&self) -> usize {
-        self.reqs.len()
+    fn round_delay(&self) -> Duration {
+        self.delay
     }
 
-    fn add(
-        &mut self,
-        _voice: Option<&Path>,
-        text: &str,
-        _opts: &GenerateOptions,
-    ) -> Result<u64, ModelError> {
-        self.model.calls.fetch_add(1, Ordering::SeqCst);
-        let id = self.next;
-        self.next += 1;
-        self.reqs.insert(id, (text.to_string(), 0));
-        Ok(id)
+    fn admit(&self, _voice: Option<&Path>, text: &str) -> Result<Self::Request, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok((text.to_string(), 0))
     }
 
-    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
-        std::thread::sleep(self.model.delay);
-        let mut gone = Vec::new();
-        for (id, (text, made)) in &mut self.reqs {
-            if *made == 1 {
-                if let Some(Err(e)) = self.model.trigger(text) {
-                    emit(*id, BatchItem::Failed(e));
-                    gone.push(*id);
-                    continue;
-                }
+    fn round(&self, (text, made): &mut Self::Request) -> BatchItem {
+        if *made == 1 {
+            if let Some(Err(e)) = self.trigger(text) {
+                return BatchItem::Failed(e);
             }
-            let last = *made + 1 == CHUNKS;
-            let samples = chunk(*made);
-            *made += 1;
-            if last {
-                gone.push(*id);
-            }
-            emit(
-                *id,
-                BatchItem::Audio {
-                    samples,
-                    last,
-                    truncated: false,
-                },
-            );
         }
-        for id in gone {
-            self.reqs.remove(&id);
+        let last = *made + 1 == CHUNKS;
+        let samples = chunk(*made);
+        *made += 1;
+        BatchItem::Audio {
+            samples,
+            last,
+            truncated: false,
         }
-    }
-
-    fn cancel(&mut self, id: u64) {
-        self.reqs.remove(&id);
     }
 }
 

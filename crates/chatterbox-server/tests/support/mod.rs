@@ -5,10 +5,11 @@
 
 use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
-    ChunkIter, DeviceModels, ModelError, ModelId, Server, ServerConfig, SpeechModel,
+    BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, RequestBatch, Server, ServerConfig,
+    SpeechModel,
 };
 use chatterbox_testkit::fixtures_root;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,6 +95,158 @@ impl SpeechModel for Fake {
                 .collect::<Vec<f32>>()
                 .into())
         })))
+    }
+}
+
+/// What a test's fake model speaks; [`Voiceless`] makes it a [`SpeechModel`].
+pub trait Speaks: Send {
+    /// The chunks of `text` (the request's options are not read).
+    fn speak(&self, text: &str) -> Result<ChunkIter<'_>, ModelError>;
+
+    /// As [`SpeechModel::concurrency`].
+    fn concurrency(&self) -> usize {
+        1
+    }
+
+    /// As [`SpeechModel::batch`].
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
+        None
+    }
+}
+
+/// A [`Speaks`] as the English model with no voices of its own: any voice file is taken (it
+/// speaks as it always does), saving one fails.
+pub struct Voiceless<M>(pub M);
+
+impl<M: Speaks> SpeechModel for Voiceless<M> {
+    fn id(&self) -> ModelId {
+        ModelId::English
+    }
+
+    fn default_options(&self) -> GenerateOptions {
+        GenerateOptions::english()
+    }
+
+    fn use_voice(&mut self, _path: Option<&Path>) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    fn save_voice(&mut self, _: &chatterbox_dsp::Audio, _: &Path) -> Result<(), ModelError> {
+        Err("this fake model has no voices".into())
+    }
+
+    fn stream<'a>(&'a self, text: &str, _: &GenerateOptions) -> Result<ChunkIter<'a>, ModelError> {
+        self.0.speak(text)
+    }
+
+    fn concurrency(&self) -> usize {
+        self.0.concurrency()
+    }
+
+    fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
+        self.0.batch()
+    }
+}
+
+/// A fake model that speaks requests together, one chunk per request and round, in a
+/// [`Rounds`] batch.
+pub trait RoundModel {
+    /// What the batch keeps of a request.
+    type Request: 'static;
+
+    /// Requests spoken at once (1: no batch).
+    fn slots(&self) -> usize;
+
+    /// The sleep before each round.
+    fn round_delay(&self) -> Duration;
+
+    /// A request for `text` in the voice saved at `voice`, or why it is refused.
+    fn admit(&self, voice: Option<&Path>, text: &str) -> Result<Self::Request, ModelError>;
+
+    /// The request's item of a round: it leaves the batch with its last audio or a failure.
+    fn round(&self, request: &mut Self::Request) -> BatchItem;
+
+    /// As [`RequestBatch::save_voice`] (the default: it cannot).
+    fn save_voice_between_rounds(
+        &self,
+        _: &chatterbox_dsp::Audio,
+        _: &Path,
+    ) -> Option<Result<(), ModelError>> {
+        None
+    }
+}
+
+/// The batch of a [`RoundModel`].
+pub struct Rounds<'a, M: RoundModel> {
+    model: &'a M,
+    reqs: BTreeMap<u64, M::Request>,
+    next: u64,
+}
+
+impl<'a, M: RoundModel> Rounds<'a, M> {
+    /// The model's batch, as [`SpeechModel::batch`] gives it (`None` with one slot).
+    pub fn of(model: &'a M) -> Option<Result<Box<dyn RequestBatch + 'a>, ModelError>> {
+        (model.slots() > 1).then(|| {
+            let b: Box<dyn RequestBatch + 'a> = Box::new(Self {
+                model,
+                reqs: BTreeMap::new(),
+                next: 0,
+            });
+            Ok(b)
+        })
+    }
+}
+
+impl<M: RoundModel> RequestBatch for Rounds<'_, M> {
+    fn has_room(&self) -> bool {
+        self.reqs.len() < self.model.slots()
+    }
+
+    fn len(&self) -> usize {
+        self.reqs.len()
+    }
+
+    fn add(
+        &mut self,
+        voice: Option<&Path>,
+        text: &str,
+        _opts: &GenerateOptions,
+    ) -> Result<u64, ModelError> {
+        let request = self.model.admit(voice, text)?;
+        let id = self.next;
+        self.next += 1;
+        self.reqs.insert(id, request);
+        Ok(id)
+    }
+
+    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
+        std::thread::sleep(self.model.round_delay());
+        let mut gone = Vec::new();
+        for (id, request) in &mut self.reqs {
+            let item = self.model.round(request);
+            if matches!(
+                item,
+                BatchItem::Failed(_) | BatchItem::Audio { last: true, .. }
+            ) {
+                gone.push(*id);
+            }
+            emit(*id, item);
+        }
+        for id in gone {
+            self.reqs.remove(&id);
+        }
+    }
+
+    fn cancel(&mut self, id: u64) {
+        self.reqs.remove(&id);
+    }
+
+    fn save_voice(
+        &mut self,
+        audio: &chatterbox_dsp::Audio,
+        path: &Path,
+    ) -> Option<Result<(), ModelError>> {
+        self.model.save_voice_between_rounds(audio, path)
     }
 }
 

@@ -5,12 +5,12 @@
 //! any other text one), logging what it does in order.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 
+use crate::support::{RoundModel, Rounds};
 use chatterbox_dsp::Audio;
 use chatterbox_pipeline::GenerateOptions;
 use chatterbox_server::{
     BatchItem, ChunkIter, DeviceModels, ModelError, ModelId, RequestBatch, SpeechModel,
 };
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -216,80 +216,48 @@ impl SpeechModel for StoreFake {
     }
 
     fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
-        (self.slots > 1).then(|| {
-            let b: Box<dyn RequestBatch + '_> = Box::new(FakeBatch {
-                model: self,
-                reqs: BTreeMap::new(),
-                next: 0,
-            });
-            Ok(b)
-        })
+        Rounds::of(self)
     }
 }
 
-/// The batch of a [`StoreFake`]: one chunk per request and round.
-struct FakeBatch<'a> {
-    model: &'a StoreFake,
+/// A [`StoreFake`]'s batch: one chunk per request and round.
+impl RoundModel for StoreFake {
     /// Text, chunks made, chunks to make.
-    reqs: BTreeMap<u64, (String, usize, usize)>,
-    next: u64,
-}
+    type Request = (String, usize, usize);
 
-impl RequestBatch for FakeBatch<'_> {
-    fn has_room(&self) -> bool {
-        self.reqs.len() < self.model.slots
+    fn slots(&self) -> usize {
+        self.slots
     }
 
-    fn len(&self) -> usize {
-        self.reqs.len()
+    fn round_delay(&self) -> Duration {
+        self.step_delay
     }
 
-    fn add(
-        &mut self,
-        voice: Option<&Path>,
-        text: &str,
-        _opts: &GenerateOptions,
-    ) -> Result<u64, ModelError> {
-        self.model.check_voice(voice)?;
-        self.model.push(format!("admitted:{text}"));
-        let id = self.next;
-        self.next += 1;
-        self.reqs.insert(id, (text.to_string(), 0, steps(text)));
-        Ok(id)
+    fn admit(&self, voice: Option<&Path>, text: &str) -> Result<Self::Request, ModelError> {
+        self.check_voice(voice)?;
+        self.push(format!("admitted:{text}"));
+        Ok((text.to_string(), 0, steps(text)))
     }
 
-    fn step(&mut self, emit: &mut dyn FnMut(u64, BatchItem)) {
-        std::thread::sleep(self.model.step_delay);
-        let mut done = Vec::new();
-        for (id, (text, made, n)) in &mut self.reqs {
-            let last = *made + 1 == *n;
-            let samples = chunk(*made);
-            *made += 1;
-            if last {
-                self.model.push(format!("done:{text}"));
-                done.push(*id);
-            }
-            emit(
-                *id,
-                BatchItem::Audio {
-                    samples,
-                    last,
-                    truncated: false,
-                },
-            );
+    fn round(&self, (text, made, n): &mut Self::Request) -> BatchItem {
+        let last = *made + 1 == *n;
+        let samples = chunk(*made);
+        *made += 1;
+        if last {
+            self.push(format!("done:{text}"));
         }
-        for id in done {
-            self.reqs.remove(&id);
+        BatchItem::Audio {
+            samples,
+            last,
+            truncated: false,
         }
     }
 
-    fn cancel(&mut self, id: u64) {
-        self.reqs.remove(&id);
-    }
-
-    fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
-        self.model
-            .batch_analyses
-            .then(|| self.model.analyse(audio, path))
+    fn save_voice_between_rounds(
+        &self,
+        audio: &Audio,
+        path: &Path,
+    ) -> Option<Result<(), ModelError>> {
+        self.batch_analyses.then(|| self.analyse(audio, path))
     }
 }
