@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use common::Served;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Few speech tokens per request: the tiny model's tokens are random, so this bounds each
@@ -19,12 +18,7 @@ const MAX_TOKENS: &str = "30";
 /// The tiny English checkpoint in the hub layout, with the fixture's `conds.pt` as its
 /// built-in voice.
 fn checkpoint(dir: &Path) {
-    common::write_english_checkpoint(&common::tensors("english").unwrap(), dir).unwrap();
-    std::fs::copy(
-        common::fixtures().join("pipeline/english_conds.pt"),
-        dir.join("conds.pt"),
-    )
-    .unwrap();
+    common::write_english_checkpoint_with_voice(dir).unwrap();
 }
 
 /// The fixture's 24 kHz reference clip as a 16-bit WAV file.
@@ -38,113 +32,20 @@ fn write_ref_clip(path: &Path) {
     .unwrap();
 }
 
-/// A running `chatterbox serve`; killed if a test leaves it running.
-struct Served {
-    child: Child,
-    base: String,
-    stderr: Arc<Mutex<String>>,
+/// Starts `chatterbox serve --port 0 ARGS` with `envs` and waits until `/ready` answers 200.
+async fn start(args: &[&str], envs: &[(&str, &str)]) -> Served {
+    let configure = |c: &mut Command| {
+        c.args(args).envs(envs.iter().copied());
+    };
+    Served::start(MAX_TOKENS, configure, &reqwest::Client::new())
+        .await
+        .unwrap()
 }
 
-impl Served {
-    /// Starts `chatterbox serve --port 0 ARGS` and waits until `/ready` answers 200.
-    async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_chatterbox"));
-        cmd.env("CHATTERBOX_NO_WATERMARK", "1")
-            .arg("serve")
-            .args(["--host", "127.0.0.1", "--port", "0", "--device", "cpu"])
-            .args(["--max-new-tokens", MAX_TOKENS])
-            .args(args)
-            .env_remove("CHATTERBOX_MODEL_DIR")
-            .env_remove("CHATTERBOX_API_KEY")
-            .env_remove("CHATTERBOX_VOICES")
-            .env_remove("RUST_LOG")
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let pipe = child.stderr.take().unwrap();
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("listening on http://") {
-                    let url = line[i + "listening on ".len()..]
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string();
-                    let _ = tx.send(url);
-                }
-                let mut l = log.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let Ok(base) = rx.recv_timeout(Duration::from_secs(30)) else {
-            let _ = child.kill();
-            panic!("no `listening on` line in 30 s: {}", stderr.lock().unwrap());
-        };
-        let mut s = Self {
-            child,
-            base,
-            stderr,
-        };
-        let client = reqwest::Client::new();
-        let t0 = Instant::now();
-        loop {
-            if let Ok(r) = client.get(s.url("/ready")).send().await {
-                if r.status() == 200 {
-                    return s;
-                }
-            }
-            if let Ok(Some(status)) = s.child.try_wait() {
-                panic!("the server exited with {status}: {}", s.log());
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "not ready in 60 s: {}",
-                s.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// SIGTERM, then the exit status within `within`.
-    fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                t0.elapsed() < within,
-                "still running {within:?} after SIGTERM: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// SIGTERM, then the exit status within `within`.
+async fn terminate(s: &mut Served, within: Duration) -> ExitStatus {
+    s.terminate().unwrap();
+    s.exit_status(within).await.unwrap()
 }
 
 /// The body of the answer to `r`, as text.
@@ -168,7 +69,7 @@ async fn serve_speaks_wav_and_stops_cleanly_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
     let ckpt = tmp.path().join("ckpt");
     checkpoint(&ckpt);
-    let mut s = Served::start(
+    let mut s = start(
         &["--model-dir", ckpt.to_str().unwrap()],
         &[("CHATTERBOX_API_KEY", "test-key")],
     )
@@ -212,7 +113,7 @@ async fn serve_speaks_wav_and_stops_cleanly_on_sigterm() {
     let models = text(models.bearer_auth("test-key")).await;
     assert!(models.contains("\"chatterbox\""), "{models}");
 
-    let status = s.terminate(Duration::from_secs(10));
+    let status = terminate(&mut s, Duration::from_secs(10)).await;
     assert!(status.success(), "{status}: {}", s.log());
     let log = s.log();
     assert!(log.contains("model loaded"), "{log}");
@@ -345,7 +246,7 @@ async fn the_readme_curl_examples_work() {
     std::fs::create_dir(&work).unwrap();
     write_ref_clip(&work.join("narrator.wav"));
     let voices = tmp.path().join("voices");
-    let mut s = Served::start(
+    let mut s = start(
         &[
             "--model-dir",
             ckpt.to_str().unwrap(),
@@ -417,5 +318,5 @@ async fn the_readme_curl_examples_work() {
     // the uploaded voice was used and then deleted
     let list = text(reqwest::Client::new().get(s.url("/v1/voices"))).await;
     assert!(!list.contains("narrator"), "{list}");
-    assert!(s.terminate(Duration::from_secs(10)).success());
+    assert!(terminate(&mut s, Duration::from_secs(10)).await.success());
 }

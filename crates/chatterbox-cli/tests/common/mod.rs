@@ -6,8 +6,11 @@
 
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub type R<T> = anyhow::Result<T>;
 
@@ -64,6 +67,17 @@ pub fn write_english_checkpoint(t: &HashMap<String, Tensor>, dir: &Path) -> R<()
         dir.join("tokenizer.json"),
     )?;
     write_config("english", dir)
+}
+
+/// [`write_english_checkpoint`] with the fixture's `conds.pt` as its built-in voice (as
+/// `chatterbox serve` wants one).
+pub fn write_english_checkpoint_with_voice(dir: &Path) -> R<()> {
+    write_english_checkpoint(&tensors("english")?, dir)?;
+    std::fs::copy(
+        fixtures().join("pipeline/english_conds.pt"),
+        dir.join("conds.pt"),
+    )?;
+    Ok(())
 }
 
 /// `samples` at `sample_rate` as a 32-bit float WAV file (the samples exactly).
@@ -155,4 +169,155 @@ pub fn speak_seeded(dir: &Path, voice: &Path, text: &str, out: &Path, extra: &[&
     args.extend(["--seed", "3", "--quiet", "-o", p(out)]);
     args.extend_from_slice(extra);
     chatterbox(&args)
+}
+
+/// A running `chatterbox serve` on the CPU, on 127.0.0.1 and a port it picks (`--port 0`, read
+/// back from its `listening on` line); killed if a test leaves it running.
+pub struct Served {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The port it listens on.
+    pub port: u16,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Served {
+    /// Starts `chatterbox serve --port 0 --max-new-tokens MAX_TOKENS` and what `configure` adds
+    /// (arguments, environment), without a watermark and with no model folder, API key, voice
+    /// library or log filter from the environment; waits (60 s at most) until `/ready` answers
+    /// 200 to `client`.
+    pub async fn start(
+        max_tokens: &str,
+        configure: impl FnOnce(&mut Command),
+        client: &reqwest::Client,
+    ) -> R<Self> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_chatterbox"));
+        cmd.env("CHATTERBOX_NO_WATERMARK", "1")
+            .arg("serve")
+            .args(["--host", "127.0.0.1", "--port", "0", "--device", "cpu"])
+            .args(["--max-new-tokens", max_tokens])
+            .env_remove("CHATTERBOX_MODEL_DIR")
+            .env_remove("CHATTERBOX_API_KEY")
+            .env_remove("CHATTERBOX_VOICES")
+            .env_remove("RUST_LOG");
+        configure(&mut cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let pipe = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no piped stderr"))?;
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on http://") {
+                    let url = line[i + "listening on ".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                    let _ = tx.send(url);
+                }
+                let mut l = log
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let Ok(base) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = stderr
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            anyhow::bail!("no `listening on` line in 30 s: {log}");
+        };
+        let port = base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no port in {base:?}"))?;
+        let mut s = Self {
+            child,
+            base: base.trim_end_matches('/').to_string(),
+            port,
+            stderr,
+        };
+        let t0 = Instant::now();
+        loop {
+            if let Ok(resp) = client.get(s.url("/ready")).send().await {
+                if resp.status() == 200 {
+                    return Ok(s);
+                }
+            }
+            if let Some(status) = s.child.try_wait()? {
+                anyhow::bail!("the server exited with {status}: {}", s.log());
+            }
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(60),
+                "not ready in 60 s: {}",
+                s.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// SIGTERM: the server drains (new requests 503, those in flight finish), then exits.
+    #[cfg(unix)]
+    pub fn terminate(&self) -> R<()> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id())?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        Ok(())
+    }
+
+    /// SIGKILL, and the process reaped.
+    pub fn kill(&mut self) -> R<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// The exit status, waited for `within` at most.
+    pub async fn exit_status(&mut self, within: Duration) -> R<ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            anyhow::ensure!(
+                t0.elapsed() < within,
+                "still running {within:?} later: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

@@ -11,7 +11,7 @@
 //! says so on stderr and returns, unless CHATTERBOX_REQUIRE_HAPROXY is set (then it fails).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 use crate::served::{
-    checkpoint, client, streamed_wav_samples, whole_wav_samples, Replica, REQUEST_TIMEOUT,
+    checkpoint, client, replica, streamed_wav_samples, whole_wav_samples, Replica, REQUEST_TIMEOUT,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -111,8 +111,8 @@ impl Balanced {
         let ckpt = tmp.path().join("ckpt");
         checkpoint(&ckpt).unwrap();
         let replicas = vec![
-            Replica::start(&ckpt, args).await.unwrap(),
-            Replica::start(&ckpt, args).await.unwrap(),
+            replica(&ckpt, args).await.unwrap(),
+            replica(&ckpt, args).await.unwrap(),
         ];
         let front = free_port();
         let cfg = tmp.path().join("haproxy.cfg");

@@ -5,7 +5,7 @@
 //! committed last (the one that says `replaced`), and nothing half-written.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 use crate::common::{samples, tensors};
-use crate::served::{checkpoint, client, whole_wav_samples, Replica};
+use crate::served::{checkpoint, client, replica, whole_wav_samples, Replica};
 use chatterbox_dsp::{Audio, WavFormat};
 use std::path::Path;
 
@@ -106,8 +106,8 @@ async fn two(tmp: &Path) -> (Replica, Replica) {
     checkpoint(&ckpt).unwrap();
     let voices = tmp.join("voices");
     let voices = voices.to_str().unwrap();
-    let a = Replica::start(&ckpt, &["--voices", voices]).await.unwrap();
-    let b = Replica::start(&ckpt, &["--voices", voices]).await.unwrap();
+    let a = replica(&ckpt, &["--voices", voices]).await.unwrap();
+    let b = replica(&ckpt, &["--voices", voices]).await.unwrap();
     (a, b)
 }
 
