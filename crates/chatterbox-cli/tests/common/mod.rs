@@ -138,6 +138,20 @@ pub fn p(path: &Path) -> &str {
     path.to_str().unwrap_or_default()
 }
 
+/// The samples of the 24 kHz WAV file at `path`, checked to be speech-like: some, all finite,
+/// not all zero.
+pub fn read(path: &Path) -> R<Vec<f32>> {
+    let a = chatterbox_dsp::audio::load(path)?;
+    anyhow::ensure!(a.sample_rate == 24_000, "sample rate {}", a.sample_rate);
+    anyhow::ensure!(!a.samples.is_empty(), "{} is empty", path.display());
+    anyhow::ensure!(
+        a.samples.iter().all(|v| v.is_finite()),
+        "non-finite samples"
+    );
+    anyhow::ensure!(a.samples.iter().any(|&v| v != 0.0), "all zero");
+    Ok(a.samples)
+}
+
 /// `speak TEXT` with the tiny checkpoint `dir` and the voice clip `voice`, on the CPU,
 /// drawing at most `max_tokens` speech tokens: the start of most tests' command lines.
 pub fn speak_args<'a>(

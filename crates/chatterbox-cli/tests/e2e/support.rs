@@ -1,6 +1,6 @@
 //! The e2e tests' checkpoint directories and clips (the english checkpoint, the clips and the
 //! runs of the binary through tests/common), and what they check in the files written.
-pub use crate::common::{chatterbox, command, ok, p, write_wav, R};
+pub use crate::common::{chatterbox, command, ok, p, read, write_wav, R};
 use crate::common::{
     fixtures, samples, tensors, write_config, write_english_checkpoint, write_part,
 };
@@ -60,18 +60,6 @@ pub fn setup() -> R<Setup> {
         source_wav,
         vc_len,
     })
-}
-
-pub fn read(path: &Path) -> R<Vec<f32>> {
-    let a = chatterbox_dsp::audio::load(path)?;
-    anyhow::ensure!(a.sample_rate == 24_000, "sample rate {}", a.sample_rate);
-    anyhow::ensure!(!a.samples.is_empty(), "{} is empty", path.display());
-    anyhow::ensure!(
-        a.samples.iter().all(|v| v.is_finite()),
-        "non-finite samples"
-    );
-    anyhow::ensure!(a.samples.iter().any(|&v| v != 0.0), "all zero");
-    Ok(a.samples)
 }
 
 /// `speak TEXT` with the tiny English checkpoint and the voice clip `voice`, on the CPU,
