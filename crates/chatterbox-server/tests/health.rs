@@ -295,18 +295,29 @@ async fn a_failed_device_leaves_its_model_to_the_healthy_one() {
     s.stop().await;
 }
 
+/// A batching [`Flaky`] (`sick` or not), a server with it on the device `label`, and two
+/// streams in its batch, past their first audio.
+async fn two_in_a_batch(
+    sick: bool,
+    label: &str,
+) -> (Flaky, TestServer, reqwest::Response, reqwest::Response) {
+    let model = Flaky::new(sick, 4, Duration::from_millis(60));
+    // seated by slot: two streams in the batch at once, not a measured pace
+    let config = ServerConfig::default().with_capacity_admission(false);
+    let s = TestServer::start(config, vec![model.device(label)]).await;
+    let mut a = speech(&s, streamed("fine")).await;
+    assert_eq!(a.status(), 200);
+    assert!(a.chunk().await.unwrap().is_some());
+    let mut b = speech(&s, streamed("fine")).await;
+    assert_eq!(b.status(), 200);
+    assert!(b.chunk().await.unwrap().is_some());
+    assert_eq!(metric(&s, "chatterbox_jobs_running").await, Some(2.0));
+    (model, s, a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sticky_cuda_error_in_a_batch_stops_the_batch_and_the_worker() {
-    let model = Flaky::new(true, 4, Duration::from_millis(60));
-    // seated by slot: the test needs two streams in the batch at once, not a measured pace
-    let config = ServerConfig::default().with_capacity_admission(false);
-    let s = TestServer::start(config, vec![model.device("gpu0")]).await;
-    // two streams in the batch, past their first audio
-    let mut a = speech(&s, streamed("fine")).await;
-    let mut b = speech(&s, streamed("fine")).await;
-    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
-    assert!(a.chunk().await.unwrap().is_some() && b.chunk().await.unwrap().is_some());
-    assert_eq!(metric(&s, "chatterbox_jobs_running").await, Some(2.0));
+    let (model, s, mut a, mut b) = two_in_a_batch(true, "gpu0").await;
     // a third joins and fails on the device
     expect_error(speech(&s, req("crash")).await, 500).await;
     // the two streams cannot finish: they are cut (a truncated body, never a whole file)
@@ -379,15 +390,7 @@ async fn a_panicking_job_is_counted_and_leaves_the_gauges_right() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_batch_leaves_the_gauges_right() {
-    let model = Flaky::new(false, 4, Duration::from_millis(60));
-    // seated by slot: two requests in the batch at once, not a measured pace
-    let config = ServerConfig::default().with_capacity_admission(false);
-    let s = TestServer::start(config, vec![model.device("cpu")]).await;
-    let mut a = speech(&s, streamed("fine")).await;
-    assert!(a.chunk().await.unwrap().is_some());
-    let mut b = speech(&s, streamed("fine")).await;
-    assert!(b.chunk().await.unwrap().is_some());
-    assert_eq!(metric(&s, "chatterbox_jobs_running").await, Some(2.0));
+    let (_model, s, mut a, mut b) = two_in_a_batch(false, "cpu").await;
     // a third request joins and makes the batch's step panic: every request in it ends
     expect_error(speech(&s, req("panic")).await, 500).await;
     for r in [&mut a, &mut b] {
