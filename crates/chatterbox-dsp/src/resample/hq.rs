@@ -4,7 +4,7 @@
 //! from soxr's (the parity table reports its SNR against soxr), and, with the `soxr` feature,
 //! libsoxr itself called as python-soxr calls it (`resample::soxr_hq`), which gives
 //! the reference's samples exactly.
-use super::gcd;
+use super::{check_rates, gcd};
 use crate::error::{check_signal, DspError, Result};
 use audioadapter_buffers::direct::InterleavedSlice;
 use rubato::{Fft, FixedSync, Resampler, WindowFunction};
@@ -71,18 +71,7 @@ impl HqResampler {
 
     /// Plans a resampler from `from_hz` to `to_hz` that runs `engine`.
     pub fn with_engine(from_hz: u32, to_hz: u32, engine: HqEngine) -> Result<Self> {
-        for (what, hz) in [
-            ("resample source rate", from_hz),
-            ("resample target rate", to_hz),
-        ] {
-            if hz == 0 {
-                return Err(DspError::UnsupportedSampleRate {
-                    what: what.into(),
-                    got: 0,
-                    expected: None,
-                });
-            }
-        }
+        check_rates(from_hz, to_hz)?;
         let inner = if from_hz == to_hz || engine != HqEngine::Rubato {
             None
         } else {

@@ -11,6 +11,26 @@ pub use sinc::SincResampler;
 #[cfg(feature = "soxr")]
 pub use soxr::soxr_hq;
 
+use crate::error::{DspError, Result};
+
+/// A source or target rate of 0 is an [`UnsupportedSampleRate`](DspError::UnsupportedSampleRate)
+/// error naming which.
+pub(crate) fn check_rates(from_hz: u32, to_hz: u32) -> Result<()> {
+    for (what, hz) in [
+        ("resample source rate", from_hz),
+        ("resample target rate", to_hz),
+    ] {
+        if hz == 0 {
+            return Err(DspError::UnsupportedSampleRate {
+                what: what.into(),
+                got: 0,
+                expected: None,
+            });
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 {
         a

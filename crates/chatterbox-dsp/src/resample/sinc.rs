@@ -1,8 +1,8 @@
 //! Port of torchaudio's `transforms.Resample` (torchaudio/functional/functional.py,
 //! `_get_sinc_resample_kernel` and `_apply_sinc_resample_kernel`, torchaudio 2.6), which
 //! `S3Gen.embed_ref` uses to bring the 24 kHz prompt to 16 kHz.
-use super::gcd;
-use crate::error::{check_signal, DspError, Result};
+use super::{check_rates, gcd};
+use crate::error::{check_signal, Result};
 
 /// torchaudio's band-limited sinc resampler with a Hann window (`sinc_interp_hann`).
 ///
@@ -34,18 +34,7 @@ impl SincResampler {
         lowpass_filter_width: usize,
         rolloff: f64,
     ) -> Result<Self> {
-        for (what, hz) in [
-            ("resample source rate", from_hz),
-            ("resample target rate", to_hz),
-        ] {
-            if hz == 0 {
-                return Err(DspError::UnsupportedSampleRate {
-                    what: what.into(),
-                    got: 0,
-                    expected: None,
-                });
-            }
-        }
+        check_rates(from_hz, to_hz)?;
         if lowpass_filter_width == 0 || !(rolloff > 0.0 && rolloff <= 1.0) {
             return Err(crate::error::invalid(
                 "sinc resampler",

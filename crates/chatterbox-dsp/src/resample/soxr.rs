@@ -5,6 +5,7 @@
 //!
 //! libsoxr (LGPL-2.1-or-later) is linked dynamically from the system (`libsoxr-dev` on Debian
 //! and Ubuntu, found with pkg-config); only the `soxr` feature brings it in.
+use super::check_rates;
 use crate::error::{check_signal, DspError, Result};
 use libsoxr_sys as sys;
 use std::ffi::CStr;
@@ -50,18 +51,7 @@ impl Drop for Handle {
 /// Available with the `soxr` feature (LGPL-2.1-or-later libsoxr, linked dynamically).
 pub fn soxr_hq(x: &[f32], from_hz: u32, to_hz: u32) -> Result<Vec<f32>> {
     check_signal("resample input", x)?;
-    for (what, hz) in [
-        ("resample source rate", from_hz),
-        ("resample target rate", to_hz),
-    ] {
-        if hz == 0 {
-            return Err(DspError::UnsupportedSampleRate {
-                what: what.into(),
-                got: 0,
-                expected: None,
-            });
-        }
-    }
+    check_rates(from_hz, to_hz)?;
     let (in_rate, out_rate) = (f64::from(from_hz), f64::from(to_hz));
     let ilen = x.len();
     let olen = output_capacity(ilen, in_rate, out_rate);
