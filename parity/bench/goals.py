@@ -12,7 +12,10 @@ replaces it on both sides), default options, seed 0 (multilingual: language_id "
 hard-coded length patched to `CHATTERBOX_GOALS_TOKENS` (default 100; the Rust side's
 `max_new_tokens`). The stop token stays on, as on the Rust side;
 the two samplers draw different tokens, so `audio_s` says what each produced. Perth
-watermarking is replaced by the identity (the Rust `from_dir` plugs none in); tqdm is off.
+watermarking is replaced by the identity (the Rust `from_dir` plugs none in); tqdm is off;
+Multilingual's tokenizer is built offline (its Cangjie table from the checkpoint, no pkuseg
+segmenter, as parity/recorders/text.py builds it) and its speech ids >= 6561 dropped before S3Gen
+(the reference passes them on and fails; the Rust port drops them).
 
 Recorded as `{variant}_f32_{metric}` (the Rust f32 rows' names, so `cargo xtask bench` pairs
 them): `total_ms`, `audio_s`, `rtf`, `t3_prefill_ms` (from the call to the end of T3's first
@@ -93,7 +96,16 @@ def child(variant, threads):
     if variant == "english":
         module, model = tts_module, tts_module.ChatterboxTTS.from_local(ckpt, "cpu")
     elif variant == "multilingual":
+        # offline, as parity/recorders/text.py builds MTLTokenizer: the Cangjie table from the
+        # checkpoint instead of the hub, no pkuseg segmenter (its model is a download)
+        import chatterbox.models.tokenizers.tokenizer as tokmod
+        tokmod.hf_hub_download = lambda repo_id, filename, cache_dir=None, **kw: os.path.join(ckpt, filename)
+        tokmod.ChineseCangjieConverter._init_segmenter = lambda self: setattr(self, "segmenter", None)
         module, model = mtl_tts, mtl_tts.ChatterboxMultilingualTTS.from_local(ckpt, "cpu")
+        # The reference passes ids >= 6561 on to S3Gen, whose embedding then fails (a trained
+        # T3 does not draw them; random weights do): dropped, as the Rust port drops them.
+        drop = mtl_tts.drop_invalid_tokens
+        mtl_tts.drop_invalid_tokens = lambda x: (lambda v: v[v < 6561])(drop(x))
     else:
         module = tts_turbo
         model = tts_turbo.ChatterboxTurboTTS.from_local(ckpt, "cpu", nano=variant == "nano")
