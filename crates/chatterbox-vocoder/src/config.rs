@@ -1,6 +1,7 @@
 //! Hyper-parameters of `HiFTGenerator` and `ConvRNNF0Predictor` (chatterbox/models/s3gen/
 //! hifigan.py and f0_predictor.py, upstream 5de7a54), with the Python argument names.
 use crate::{Result, VocoderError};
+use chatterbox_dsp::with_setters;
 
 /// `HiFTGenerator.__init__`'s arguments. `Default` is the Python defaults; S3Gen's vocoder is
 /// [`HiFTConfig::s3gen`].

@@ -1,7 +1,5 @@
 #![doc = include_str!("../README.md")]
 
-#[macro_use]
-mod builder;
 mod config;
 mod conv;
 mod cpu;

@@ -3,6 +3,7 @@
 //! fields inference reads are kept; the training ones (`batch_size`, learning rates, loss) are
 //! ignored when deserialising.
 use crate::{Result, WatermarkError};
+use chatterbox_dsp::with_setters;
 
 /// `PerthConfig` (config.py). `Default` is the shipped `implicit` model's `hparams.yaml`, which
 /// equals config.py's `default_hp` in every inference field.
