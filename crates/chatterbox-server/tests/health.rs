@@ -341,6 +341,14 @@ async fn a_sticky_cuda_error_in_a_batch_stops_the_batch_and_the_worker() {
     s.stop().await;
 }
 
+/// After one panic: no request runs or waits, the panic is counted, and the worker is ready.
+async fn check_one_panic_cleared(s: &TestServer) {
+    await_metric(s, "chatterbox_jobs_running", 0.0).await;
+    assert_eq!(metric(s, "chatterbox_queue_depth").await, Some(0.0));
+    assert_eq!(metric(s, "chatterbox_worker_panics_total").await, Some(1.0));
+    assert_eq!(get(s, "/ready").await.0, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_job_is_counted_and_leaves_the_gauges_right() {
     let model = Flaky::new(false, 1, Duration::from_millis(5));
@@ -372,14 +380,8 @@ async fn a_panicking_job_is_counted_and_leaves_the_gauges_right() {
     let r = queued.await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().len(), CHUNKS * CHUNK * 2);
-    await_metric(&s, "chatterbox_jobs_running", 0.0).await;
-    assert_eq!(metric(&s, "chatterbox_queue_depth").await, Some(0.0));
-    assert_eq!(
-        metric(&s, "chatterbox_worker_panics_total").await,
-        Some(1.0)
-    );
     // a panic is no device fault: the worker stays in service
-    assert_eq!(get(&s, "/ready").await.0, 200);
+    check_one_panic_cleared(&s).await;
     assert_eq!(
         metric(&s, "chatterbox_worker_healthy{worker=\"0\",device=\"cpu\"}").await,
         Some(1.0)
@@ -399,13 +401,7 @@ async fn a_panicking_batch_leaves_the_gauges_right() {
             end = r.chunk().await;
         }
     }
-    await_metric(&s, "chatterbox_jobs_running", 0.0).await;
-    assert_eq!(metric(&s, "chatterbox_queue_depth").await, Some(0.0));
-    assert_eq!(
-        metric(&s, "chatterbox_worker_panics_total").await,
-        Some(1.0)
-    );
-    assert_eq!(get(&s, "/ready").await.0, 200);
+    check_one_panic_cleared(&s).await;
     // the worker batches again
     let r = speech(&s, req("fine")).await;
     assert_eq!(r.status(), 200);
