@@ -304,30 +304,25 @@ fn check_clip(path: &Path, audio: &Audio, c: &Clip, used: usize) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// The text (`{:#}`, with its causes) of the error `r` must be; an error when it is `Ok`.
+    fn refusal<T>(r: Result<T>) -> Result<String> {
+        Ok(format!("{:#}", r.err().context("ok")?))
+    }
+
     #[test]
     fn options_are_checked_against_the_models_limits() -> Result<()> {
         let cfg = ChatterboxConfig::english();
         let mut o = GenerateOptions::english();
         check_options(Model::English, &o, &cfg)?;
         o.max_new_tokens = 1_000_000_000;
-        let e = format!(
-            "{:#}",
-            check_options(Model::English, &o, &cfg)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_options(Model::English, &o, &cfg))?;
         assert!(
             e.contains("--max-new-tokens 1000000000") && e.contains("4100"),
             "{e}"
         );
         o.max_new_tokens = 1000;
         o.exaggeration = 3.0;
-        let e = format!(
-            "{:#}",
-            check_options(Model::English, &o, &cfg)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_options(Model::English, &o, &cfg))?;
         assert!(
             e.contains("--exaggeration 3") && e.contains("0 (flat) to 2"),
             "{e}"
@@ -353,7 +348,7 @@ mod tests {
         let long = "a".repeat(3000);
         check_text(&long, &o, &cfg)?;
         o.max_chunk_chars = 0;
-        let e = format!("{:#}", check_text(&long, &o, &cfg).err().context("ok")?);
+        let e = refusal(check_text(&long, &o, &cfg))?;
         assert!(
             e.contains("--chunk-chars 0") && e.contains("3000 characters"),
             "{e}"
@@ -373,29 +368,14 @@ mod tests {
             )
         };
         check_voice_clip(p, &tone(3.0, 0.3), Variant::English)?;
-        let e = format!(
-            "{:#}",
-            check_voice_clip(p, &tone(3.0, 0.3), Variant::Turbo)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_voice_clip(p, &tone(3.0, 0.3), Variant::Turbo))?;
         assert!(e.contains("more than 5 s"), "{e}");
         check_voice_clip(p, &tone(6.0, 0.3), Variant::Nano)?;
         assert!(check_voice_clip(p, &tone(0.2, 0.3), Variant::English).is_err());
         // Dither-level noise (peak 3e-5): refused, with its level.
-        let e = format!(
-            "{:#}",
-            check_voice_clip(p, &tone(3.0, 3e-5), Variant::English)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_voice_clip(p, &tone(3.0, 3e-5), Variant::English))?;
         assert!(e.contains("nearly so (peak -90 dBFS)"), "{e}");
-        let e = format!(
-            "{:#}",
-            check_voice_clip(p, &tone(3.0, 0.0), Variant::English)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_voice_clip(p, &tone(3.0, 0.0), Variant::English))?;
         assert!(e.contains("digital silence"), "{e}");
         Ok(())
     }
@@ -405,12 +385,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let src = Source::Dir(dir.path().to_path_buf());
         let mtl = MultilingualT3::V2;
-        let e = format!(
-            "{:#}",
-            check_checkpoint(Variant::English, &mtl, &src, false)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_checkpoint(Variant::English, &mtl, &src, false))?;
         assert!(
             e.contains("ve.safetensors is missing") && e.contains("english"),
             "{e}"
@@ -419,21 +394,11 @@ mod tests {
             std::fs::write(dir.path().join(f), b"x")?;
         }
         std::fs::write(dir.path().join("tokenizer.json"), b"")?;
-        let e = format!(
-            "{:#}",
-            check_checkpoint(Variant::English, &mtl, &src, false)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_checkpoint(Variant::English, &mtl, &src, false))?;
         assert!(e.contains("tokenizer.json is empty"), "{e}");
         std::fs::write(dir.path().join("tokenizer.json"), b"{}")?;
         check_checkpoint(Variant::English, &mtl, &src, false)?;
-        let e = format!(
-            "{:#}",
-            check_checkpoint(Variant::English, &mtl, &src, true)
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_checkpoint(Variant::English, &mtl, &src, true))?;
         assert!(e.contains("no built-in voice (conds.pt)"), "{e}");
         Ok(())
     }
@@ -483,30 +448,15 @@ mod tests {
             Audio::new((0..n).map(|i| amp * (i as f32 * 0.1).sin()).collect(), sr)
         };
         check_vc_source(p, &tone(0.05, 0.3, 16_000))?;
-        let e = format!(
-            "{:#}",
-            check_vc_source(p, &tone(0.02, 0.3, 16_000))
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_vc_source(p, &tone(0.02, 0.3, 16_000)))?;
         assert!(
             e.contains("in.wav is 20 ms long") && e.contains("0.04 s"),
             "{e}"
         );
-        let e = format!(
-            "{:#}",
-            check_vc_source(p, &tone(2.0, 0.0, 16_000))
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_vc_source(p, &tone(2.0, 0.0, 16_000)))?;
         assert!(e.contains("source recording in.wav is silent"), "{e}");
         check_vc_target(p, &tone(0.5, 0.3, 24_000))?;
-        let e = format!(
-            "{:#}",
-            check_vc_target(p, &tone(0.4, 0.3, 24_000))
-                .err()
-                .context("ok")?
-        );
+        let e = refusal(check_vc_target(p, &tone(0.4, 0.3, 24_000)))?;
         assert!(e.contains("at least 0.5 s"), "{e}");
         // only the first 10 s are used: speech after them does not make a silent start usable
         let mut late = tone(12.0, 3e-5, 24_000);
