@@ -157,9 +157,46 @@ fn check_rate(path: &Path, sample_rate: u32) -> Result<()> {
     Ok(())
 }
 
-/// The destination `given` stands for (a symbolic link followed), an open temporary file
-/// beside it (`STEM.partial-XXXXXX{suffix}`) and that file's path, removed when dropped.
-fn partial_file(given: &Path, suffix: &str) -> Result<(PathBuf, File, tempfile::TempPath)> {
+/// A file being written beside its destination: its temporary path (removed when dropped
+/// unfinished) and the destination it is renamed over when finished.
+struct Partial {
+    temp: Option<tempfile::TempPath>,
+    dest: PathBuf,
+}
+
+impl Partial {
+    /// The temporary file (once finished or kept: the file's path).
+    fn path(&self) -> &Path {
+        self.temp.as_deref().unwrap_or(&self.dest)
+    }
+
+    /// Renames the temporary file over the destination; returns the destination.
+    fn persist(&mut self) -> Result<PathBuf> {
+        let Some(temp) = self.temp.take() else {
+            return Ok(self.dest.clone());
+        };
+        temp.persist(&self.dest).map_err(|e| DspError::Io {
+            path: self.dest.clone(),
+            source: e.error,
+        })?;
+        Ok(self.dest.clone())
+    }
+
+    /// Keeps the temporary file under its own name; returns its path.
+    fn keep(&mut self) -> Result<PathBuf> {
+        let Some(temp) = self.temp.take() else {
+            return Ok(self.dest.clone());
+        };
+        temp.keep().map_err(|e| DspError::Io {
+            path: self.dest.clone(),
+            source: e.error,
+        })
+    }
+}
+
+/// The destination `given` stands for (a symbolic link followed) with an open temporary file
+/// beside it (`STEM.partial-XXXXXX{suffix}`), removed when dropped.
+fn partial_file(given: &Path, suffix: &str) -> Result<(Partial, File)> {
     let dest = std::fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
     let io = |source: std::io::Error| DspError::Io {
         path: given.to_path_buf(),
@@ -182,7 +219,11 @@ fn partial_file(given: &Path, suffix: &str) -> Result<(PathBuf, File, tempfile::
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
     let named = builder.tempfile_in(&dir).map_err(io)?;
     let (file, temp) = named.into_parts();
-    Ok((dest, file, temp))
+    let partial = Partial {
+        temp: Some(temp),
+        dest,
+    };
+    Ok((partial, file))
 }
 
 /// A mono WAV file written piece by piece, safely:
@@ -199,8 +240,7 @@ pub struct WavFileWriter {
     writer: Option<hound::WavWriter<BufWriter<File>>>,
     /// The same file, for `sync_all` after hound is done with it.
     file: File,
-    temp: Option<tempfile::TempPath>,
-    dest: PathBuf,
+    out: Partial,
     format: WavFormat,
     samples: usize,
 }
@@ -208,7 +248,7 @@ pub struct WavFileWriter {
 impl std::fmt::Debug for WavFileWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WavFileWriter")
-            .field("dest", &self.dest)
+            .field("dest", &self.out.dest)
             .field("partial", &self.partial_path())
             .field("samples", &self.samples)
             .finish()
@@ -222,21 +262,20 @@ impl WavFileWriter {
     pub fn create(dest: impl AsRef<Path>, sample_rate: u32, format: WavFormat) -> Result<Self> {
         let given = dest.as_ref();
         check_rate(given, sample_rate)?;
-        let (dest, file, temp) = partial_file(given, ".wav")?;
+        let (out, file) = partial_file(given, ".wav")?;
         let clone = file.try_clone().map_err(|source| DspError::Io {
             path: given.to_path_buf(),
             source,
         })?;
         let writer = hound::WavWriter::new(BufWriter::new(file), spec(sample_rate, format))
             .map_err(|e| DspError::Encode {
-                path: temp.to_path_buf(),
+                path: out.path().to_path_buf(),
                 reason: e.to_string(),
             })?;
         let mut w = Self {
             writer: Some(writer),
             file: clone,
-            temp: Some(temp),
-            dest,
+            out,
             format,
             samples: 0,
         };
@@ -246,12 +285,12 @@ impl WavFileWriter {
 
     /// The temporary file being written (where [`keep_partial`](Self::keep_partial) leaves it).
     pub fn partial_path(&self) -> &Path {
-        self.temp.as_deref().unwrap_or(&self.dest)
+        self.out.path()
     }
 
     /// Where [`finish`](Self::finish) puts the file.
     pub fn destination(&self) -> &Path {
-        &self.dest
+        &self.out.dest
     }
 
     /// Samples written so far.
@@ -296,27 +335,14 @@ impl WavFileWriter {
     /// returns the destination.
     pub fn finish(mut self) -> Result<PathBuf> {
         self.complete()?;
-        let Some(temp) = self.temp.take() else {
-            return Ok(self.dest.clone());
-        };
-        temp.persist(&self.dest).map_err(|e| DspError::Io {
-            path: self.dest.clone(),
-            source: e.error,
-        })?;
-        Ok(self.dest.clone())
+        self.out.persist()
     }
 
     /// Stops here and keeps the samples written so far in the temporary file (a complete
     /// WAV); returns its path. The destination is not touched.
     pub fn keep_partial(mut self) -> Result<PathBuf> {
         self.complete()?;
-        let Some(temp) = self.temp.take() else {
-            return Ok(self.dest.clone());
-        };
-        temp.keep().map_err(|e| DspError::Io {
-            path: self.dest.clone(),
-            source: e.error,
-        })
+        self.out.keep()
     }
 
     fn complete(&mut self) -> Result<()> {
@@ -350,8 +376,7 @@ impl Drop for WavFileWriter {
 /// [`keep_partial`](Self::keep_partial), removed when dropped unfinished.
 pub struct RawFileWriter {
     file: File,
-    temp: Option<tempfile::TempPath>,
-    dest: PathBuf,
+    out: Partial,
     format: WavFormat,
     samples: usize,
     buf: Vec<u8>,
@@ -360,7 +385,7 @@ pub struct RawFileWriter {
 impl std::fmt::Debug for RawFileWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RawFileWriter")
-            .field("dest", &self.dest)
+            .field("dest", &self.out.dest)
             .field("partial", &self.partial_path())
             .field("samples", &self.samples)
             .finish()
@@ -371,11 +396,10 @@ impl RawFileWriter {
     /// Starts a file for `dest` (its folder must exist and be writable; `dest` itself is not
     /// touched until [`finish`](Self::finish); a symbolic link there is followed).
     pub fn create(dest: impl AsRef<Path>, format: WavFormat) -> Result<Self> {
-        let (dest, file, temp) = partial_file(dest.as_ref(), ".raw")?;
+        let (out, file) = partial_file(dest.as_ref(), ".raw")?;
         Ok(Self {
             file,
-            temp: Some(temp),
-            dest,
+            out,
             format,
             samples: 0,
             buf: Vec::new(),
@@ -384,12 +408,12 @@ impl RawFileWriter {
 
     /// The temporary file being written (where [`keep_partial`](Self::keep_partial) leaves it).
     pub fn partial_path(&self) -> &Path {
-        self.temp.as_deref().unwrap_or(&self.dest)
+        self.out.path()
     }
 
     /// Where [`finish`](Self::finish) puts the file.
     pub fn destination(&self) -> &Path {
-        &self.dest
+        &self.out.dest
     }
 
     /// Samples written so far.
@@ -418,27 +442,14 @@ impl RawFileWriter {
     /// Syncs the file to disk and renames it over the destination; returns the destination.
     pub fn finish(mut self) -> Result<PathBuf> {
         self.sync()?;
-        let Some(temp) = self.temp.take() else {
-            return Ok(self.dest.clone());
-        };
-        temp.persist(&self.dest).map_err(|e| DspError::Io {
-            path: self.dest.clone(),
-            source: e.error,
-        })?;
-        Ok(self.dest.clone())
+        self.out.persist()
     }
 
     /// Stops here and keeps the samples written so far in the temporary file; returns its
     /// path. The destination is not touched.
     pub fn keep_partial(mut self) -> Result<PathBuf> {
         self.sync()?;
-        let Some(temp) = self.temp.take() else {
-            return Ok(self.dest.clone());
-        };
-        temp.keep().map_err(|e| DspError::Io {
-            path: self.dest.clone(),
-            source: e.error,
-        })
+        self.out.keep()
     }
 
     fn sync(&mut self) -> Result<()> {
