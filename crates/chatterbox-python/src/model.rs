@@ -221,22 +221,21 @@ impl PyTts {
             None => MultilingualT3::V2,
             Some(name) => MultilingualT3::parse(name).map_err(|e| Error::Invalid(e.to_string()))?,
         };
-        let (model, wm, dev) = worker::run(py, "chatterbox-load", move |_| {
-            let device = spec.open()?;
-            let dt = crate::device::dtype(requested_dtype.as_deref(), &device)?;
-            let dir = match ckpt_dir {
-                Some(d) => d,
-                None => crate::hub::tts_checkpoint(v, &mtl)?,
-            };
-            let model = Tts::load(v, &dir, &mtl, &device, dt)?;
-            let wm = crate::watermark::perth(&device, watermark)?;
-            Ok((model, wm, describe(&device)))
-        })?;
+        let hub_mtl = mtl.clone();
+        let loaded = load_on(
+            py,
+            spec,
+            requested_dtype,
+            ckpt_dir,
+            move || crate::hub::tts_checkpoint(v, &hub_mtl),
+            watermark,
+            move |dir, device, dt| Tts::load(v, dir, &mtl, device, dt),
+        )?;
         Ok(Self {
-            model: Mutex::new(Arc::new(model)),
-            watermark: wm,
+            model: Mutex::new(Arc::new(loaded.model)),
+            watermark: loaded.watermark,
             variant: v,
-            device: dev,
+            device: loaded.device,
         })
     }
 
@@ -327,6 +326,47 @@ impl PyTts {
     fn watermarked_output(&self) -> bool {
         self.watermark.is_some()
     }
+}
+
+/// Loads a model on a worker thread (`chatterbox-load`): opens the device `spec`, takes the
+/// dtype `dtype` (the device's default when `None`) and the checkpoint folder `ckpt_dir` (else
+/// the one `hub` finds in the hub's cache), builds the model with `build`, and the Perth
+/// watermarker unless `watermark` is off.
+pub(crate) fn load_on<M: Send + 'static>(
+    py: Python<'_>,
+    spec: DeviceSpec,
+    dtype: Option<String>,
+    ckpt_dir: Option<PathBuf>,
+    hub: impl FnOnce() -> Result<PathBuf> + Send + 'static,
+    watermark: bool,
+    build: impl FnOnce(&std::path::Path, &candle_core::Device, candle_core::DType) -> Result<M>
+        + Send
+        + 'static,
+) -> Result<Loaded<M>> {
+    worker::run(py, "chatterbox-load", move |_| {
+        let device = spec.open()?;
+        let dt = crate::device::dtype(dtype.as_deref(), &device)?;
+        let dir = match ckpt_dir {
+            Some(d) => d,
+            None => hub()?,
+        };
+        let model = build(&dir, &device, dt)?;
+        let watermark = crate::watermark::perth(&device, watermark)?;
+        Ok(Loaded {
+            model,
+            watermark,
+            device: describe(&device),
+        })
+    })
+}
+
+/// What [`load_on`] loaded.
+pub(crate) struct Loaded<M> {
+    pub model: M,
+    /// The Perth watermarker (`None`: outputs unmarked).
+    pub watermark: Option<Arc<dyn Watermarker>>,
+    /// The device's name ([`describe`]).
+    pub device: String,
 }
 
 /// A short name of a device (`cpu`, `cuda:0`, `metal:0`).

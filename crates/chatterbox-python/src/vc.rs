@@ -3,7 +3,7 @@
 //! behind an `Arc` and `set_target_voice` replaces it copy-on-write.
 use crate::device::DeviceSpec;
 use crate::error::{Error, Result};
-use crate::model::describe;
+use crate::model::load_on;
 use crate::worker;
 use chatterbox_pipeline::{ChatterboxVc, PipelineError, VcOptions, Watermarker, S3GEN_SR};
 use numpy::PyArray1;
@@ -43,21 +43,19 @@ impl PyVc {
         watermark: bool,
     ) -> PyResult<Self> {
         let spec = DeviceSpec::resolve(device)?;
-        let (model, wm, dev) = worker::run(py, "chatterbox-load", move |_| {
-            let device = spec.open()?;
-            let dt = crate::device::dtype(dtype.as_deref(), &device)?;
-            let dir = match ckpt_dir {
-                Some(d) => d,
-                None => crate::hub::vc_checkpoint()?,
-            };
-            let model = ChatterboxVc::from_dir(&dir, &device, dt)?;
-            let wm = crate::watermark::perth(&device, watermark)?;
-            Ok((model, wm, describe(&device)))
-        })?;
+        let loaded = load_on(
+            py,
+            spec,
+            dtype,
+            ckpt_dir,
+            crate::hub::vc_checkpoint,
+            watermark,
+            |dir, device, dt| Ok(ChatterboxVc::from_dir(dir, device, dt)?),
+        )?;
         Ok(Self {
-            model: Mutex::new(Arc::new(model)),
-            watermark: wm,
-            device: dev,
+            model: Mutex::new(Arc::new(loaded.model)),
+            watermark: loaded.watermark,
+            device: loaded.device,
         })
     }
 
