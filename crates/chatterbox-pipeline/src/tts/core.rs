@@ -119,6 +119,12 @@ fn push_silence(
 /// `drop_invalid_tokens` (chatterbox/models/s3tokenizer): the tokens after the first `SOS` and
 /// before the first `EOS`.
 pub fn drop_invalid_tokens(tokens: &[u32]) -> Vec<u32> {
+    tokens[valid_span(tokens)].to_vec()
+}
+
+/// Where the tokens [`drop_invalid_tokens`] keeps lie: after the first `SOS` and before the
+/// first `EOS` (empty when that `EOS` comes first).
+fn valid_span(tokens: &[u32]) -> std::ops::Range<usize> {
     let s = tokens
         .iter()
         .position(|&t| t == SPEECH_SOS)
@@ -127,24 +133,13 @@ pub fn drop_invalid_tokens(tokens: &[u32]) -> Vec<u32> {
         .iter()
         .position(|&t| t == SPEECH_EOS)
         .unwrap_or(tokens.len());
-    if e <= s {
-        return Vec::new();
-    }
-    tokens[s..e].to_vec()
+    s..e.max(s)
 }
 
 /// The text positions of the tokens [`drop_invalid_tokens`] keeps and S3Gen can synthesise:
 /// `positions[k]` belongs to `raw[k]`.
 fn kept_positions(raw: &[u32], positions: &[usize]) -> Vec<usize> {
-    let s = raw
-        .iter()
-        .position(|&t| t == SPEECH_SOS)
-        .map_or(0, |i| i + 1);
-    let e = raw
-        .iter()
-        .position(|&t| t == SPEECH_EOS)
-        .unwrap_or(raw.len());
-    (s..e.max(s))
+    valid_span(raw)
         .filter(|&k| raw[k] < SPEECH_VOCAB_SIZE)
         .filter_map(|k| positions.get(k).copied())
         .collect()
