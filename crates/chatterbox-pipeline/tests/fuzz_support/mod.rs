@@ -1,12 +1,44 @@
 //! Builders shared by the fuzz tests: checkpoint directories from the tiny parity fixtures,
-//! raw safetensors files, stored zip archives and torch pickles.
+//! raw safetensors files, stored zip archives and torch pickles; and the checks of sentence
+//! and word timings the caption tests share.
 #![allow(dead_code)] // each test binary uses a part
 
 use candle_core::{Device, Tensor};
+use chatterbox_pipeline::{SentenceTiming, WordTiming};
 use chatterbox_testkit::fixtures_root;
 use pk::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// Checks the timings of sentences `texts` inside `total` samples of audio: in order, each
+/// after the one before (meeting or separated by pauses); each sentence's words are its
+/// written words once, in order, meeting, from its start to its end. Returns every word, for
+/// the caller's own checks.
+pub fn check_sentence_timings<'a>(
+    captions: &'a [SentenceTiming],
+    texts: &[&str],
+    total: usize,
+) -> Vec<&'a WordTiming> {
+    assert_eq!(captions.len(), texts.len());
+    let mut last_end = 0;
+    for (i, (c, text)) in captions.iter().zip(texts).enumerate() {
+        assert_eq!(c.sentence, i);
+        assert_eq!(c.text.trim(), *text);
+        assert!(c.start_sample >= last_end && c.start_sample < c.end_sample);
+        assert!(c.end_sample <= total);
+        let words: Vec<&str> = c.words.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(words, text.split_whitespace().collect::<Vec<_>>());
+        let mut at = c.start_sample;
+        for w in &c.words {
+            assert_eq!(w.start_sample, at, "{}: words meet", w.text);
+            assert!(w.end_sample >= w.start_sample, "{}: monotonic", w.text);
+            at = w.end_sample;
+        }
+        assert_eq!(at, c.end_sample, "the last word ends the sentence");
+        last_end = c.end_sample;
+    }
+    captions.iter().flat_map(|c| &c.words).collect()
+}
 
 pub fn pipeline_fixture(case: &str) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(
