@@ -50,7 +50,7 @@ pub use stream_synth::{
 };
 pub use tts::{
     drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,
-    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, SpeechBatch, SpeechReport, SpeechStream,
+    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, Pace, SpeechBatch, SpeechReport, SpeechStream,
     StreamId, Truncation, FIRST_AUDIO_BUDGET, FLOW_ROWS, MIN_REF_SECS, SPEECH_EOS, SPEECH_SOS,
     SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };

@@ -365,9 +365,6 @@ pub struct StreamingSynth<'a, D: Draws> {
     /// Tokens whose mel frames have been made.
     offset: usize,
     chunks: usize,
-    /// The hop of the next chunk when [`StreamingSynth::cut`] made it due before the
-    /// schedule's.
-    early: Option<usize>,
     /// CFM noise of every frame position reached so far, `(1, 80, frames)`.
     noise: Option<Tensor>,
     /// No more tokens: the final chunk is due once the regular ones are made.
@@ -441,7 +438,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             tokens: Vec::new(),
             offset: 0,
             chunks: 0,
-            early: None,
             noise: None,
             ended: false,
             vocoding: None,
@@ -548,7 +544,7 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             return None;
         }
         let look = self.s3gen.flow().config().pre_lookahead_len;
-        let hop = self.early.unwrap_or_else(|| self.schedule.hop(self.chunks));
+        let hop = self.schedule.hop(self.chunks);
         if self.tokens.len() - self.offset >= hop + look {
             return Some(Due {
                 n: self.offset + hop + look,
@@ -561,45 +557,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             finalize: true,
             hop: self.tokens.len() - self.offset,
         })
-    }
-
-    /// Tokens still to come before the schedule's next chunk falls due (0 when a chunk is due,
-    /// or every token is in).
-    pub fn tokens_to_next_chunk(&self) -> usize {
-        if self.ended || self.is_due() {
-            return 0;
-        }
-        let look = self.s3gen.flow().config().pre_lookahead_len;
-        (self.offset + self.schedule.hop(self.chunks) + look).saturating_sub(self.tokens.len())
-    }
-
-    /// Makes the next chunk due now, on the tokens there are, instead of when the schedule's
-    /// hop is in: for a listener who would run out of audio before that chunk could be made
-    /// (the batched server's deadlines). Only when no chunk is due or out, no token ended the
-    /// stream, and at least `min_hop` tokens (and the flow's lookahead behind them) would be
-    /// made final; never fewer than the overlap needs. Returns whether it cut. The chunks
-    /// after it keep the schedule's hops; the audio differs from the schedule's only as two
-    /// schedules' audio differ (where the chunks join).
-    pub fn cut(&mut self, min_hop: usize) -> bool {
-        if self.vocoder.finished || self.ended || self.vocoding.is_some() || self.is_due() {
-            return false;
-        }
-        let config = self.s3gen.flow().config();
-        let least = self
-            .schedule
-            .overlap_frames
-            .div_ceil(config.token_mel_ratio.max(1))
-            .max(min_hop)
-            .max(1);
-        let Some(hop) = (self.tokens.len() - self.offset).checked_sub(config.pre_lookahead_len)
-        else {
-            return false;
-        };
-        if hop < least {
-            return false;
-        }
-        self.early = Some(hop);
-        true
     }
 
     /// Whether a chunk is due (its flow call is [`next_flow`](Self::next_flow)).
@@ -689,7 +646,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         };
         self.offset += hop;
         self.chunks += 1;
-        self.early = None;
         Ok(chunk)
     }
 

@@ -8,8 +8,8 @@ mod fuzz_support;
 
 use chatterbox_pipeline::{
     vocode_batch, Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
-    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, PipelineError, S3GenOptions,
-    SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
+    ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, Pace, PipelineError,
+    S3GenOptions, SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
 };
 use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 use std::collections::HashMap;
@@ -452,8 +452,8 @@ fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
 }
 
 #[test]
-fn deadline_cuts_feed_a_listener_the_schedule_would_starve() {
-    let dir = checkpoint_dir("turbo", "batch-deadline-cuts");
+fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
+    let dir = checkpoint_dir("turbo", "batch-paced");
     let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
     let mut tts =
         ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
@@ -461,16 +461,22 @@ fn deadline_cuts_feed_a_listener_the_schedule_would_starve() {
     tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
         .unwrap();
     let voice = tts.conditionals().cloned().unwrap();
-    // a first chunk of 12 tokens, then one of 1000: after the first chunk's audio (a few
-    // hundred milliseconds) nothing would come before the end. Speed 0.5 makes each token
-    // 80 ms of the listener's audio, so that even a busy test machine's rounds (a few ms here)
-    // stay under it: no cut is made for a batch slower than real time.
-    let mut opts = GenerateOptions::turbo()
-        .with_seed(5)
-        .with_stream_schedule(StreamSchedule::new(vec![12, 1000]));
-    opts.max_new_tokens = 60;
-    opts.speed = 0.5;
-    let run = |cuts: bool| {
+    let opts_with = |hops: Vec<usize>| {
+        let mut o = GenerateOptions::turbo()
+            .with_seed(5)
+            .with_stream_schedule(StreamSchedule::new(hops));
+        o.max_new_tokens = 30;
+        o
+    };
+    let text = "Hello there, a paced stream.";
+    // a pace of 16 ms rounds and 50 ms of calls per chunk: the second chunk of 8 tokens
+    // (128 + 50 ms) needs a first chunk of 6 (6 x 40 ms x 0.8 = 192 ms), not 4
+    let slow = Pace::assumed(
+        Duration::from_millis(16),
+        Duration::from_millis(40),
+        Duration::from_millis(10),
+    );
+    let run = |live: bool| {
         let mut batch = tts
             .batch(
                 BatchOptions::default()
@@ -480,34 +486,38 @@ fn deadline_cuts_feed_a_listener_the_schedule_would_starve() {
             )
             .unwrap();
         batch.set_flow_rows(1);
-        batch.set_deadline_cuts(cuts);
-        assert_eq!(batch.deadline_cuts(), cuts);
-        let job = Job {
-            voice: 0,
-            text: "Hello there, a stream that would starve.",
-            opts: opts.clone(),
-            join_at: 0,
-        };
-        let chunks = batched(&mut batch, std::slice::from_ref(&voice), &[job]).remove(0);
+        batch.set_paced_schedule(true);
+        assert!(batch.paced_schedule());
+        batch.set_pace(slow);
+        assert_eq!(batch.pace(), slow);
+        let id = batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
+        assert!(batch.set_live(id, live));
+        let mut chunks = Vec::new();
+        while !batch.is_empty() {
+            for (_, o) in batch.step() {
+                match o {
+                    BatchOutput::Chunk(c) => chunks.push(c),
+                    BatchOutput::Failed(e) => panic!("{e}"),
+                    _ => unreachable!(),
+                }
+            }
+        }
         (chunks, batch.timings())
     };
-    let (plain, plain_t) = run(false);
-    let (cut, cut_t) = run(true);
-    assert_eq!(plain_t.deadline_cuts, 0);
-    assert!(cut_t.deadline_cuts > 0, "{cut_t:?}");
-    // every cut is a chunk more; the first chunk and the tokens are the schedule's
-    let count = |c: &[AudioChunk]| c.iter().filter(|c| !c.samples.is_empty()).count();
-    assert!(
-        count(&cut) > count(&plain),
-        "{} {}",
-        count(&cut),
-        count(&plain)
-    );
-    assert_eq!(cut_t.flow_chunks, plain_t.flow_chunks + cut_t.deadline_cuts);
-    assert_eq!(cut[0], plain[0]);
-    let len = |c: &[AudioChunk]| c.iter().map(|c| c.samples.len()).sum::<usize>();
-    assert_eq!(len(&cut), len(&plain));
-    assert!(cut.iter().flat_map(|c| &c.samples).all(|v| v.is_finite()));
-    assert!(cut.last().unwrap().is_last);
+    let solo = |hops: Vec<usize>| {
+        tts.stream(text, &opts_with(hops))
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect::<Vec<_>>()
+    };
+    // live: exactly the stream on the paced schedule
+    let (live, t) = run(true);
+    assert_eq!(t.paced_sentences, 1);
+    assert_eq!(live, solo(vec![6, 8]));
+    assert_ne!(live, solo(vec![4, 8]));
+    // kept whole: its own schedule
+    let (whole, t) = run(false);
+    assert_eq!(t.paced_sentences, 0);
+    assert_eq!(whole, solo(vec![4, 8]));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -45,6 +45,11 @@ pub struct PipelineModel {
     flow_rows: usize,
     /// How far ahead a chunk counts as urgent ([`PipelineModel::with_horizon`]).
     horizon: Option<std::time::Duration>,
+    /// Whether live streams start on schedules their batch's pace can keep
+    /// ([`PipelineModel::with_paced_schedule`]).
+    paced_schedule: bool,
+    /// The last batch's measured pace, which the next one starts from.
+    pace: std::sync::Mutex<chatterbox_pipeline::Pace>,
 }
 
 impl PipelineModel {
@@ -52,6 +57,7 @@ impl PipelineModel {
         let (builtin, device) =
             with_model!(&inner, m => (m.conditionals().cloned(), m.t3().device().clone()));
         let voice_set = builtin.is_some();
+        let paced_schedule = device.is_cuda();
         Self {
             inner,
             builtin,
@@ -60,6 +66,8 @@ impl PipelineModel {
             batching: None,
             flow_rows: chatterbox_pipeline::FLOW_ROWS,
             horizon: None,
+            paced_schedule,
+            pace: std::sync::Mutex::default(),
         }
     }
 
@@ -87,6 +95,16 @@ impl PipelineModel {
         self.horizon = horizon;
         self
     }
+
+    /// With batching on, whether a streamed request starts on a chunk schedule that the
+    /// batch's measured pace can make before its listener runs out (a longer first chunk and
+    /// slower growth under load: `SpeechBatch::set_paced_schedule`; the pace carries from one
+    /// batch to the next). Default: on on CUDA (measured there, docs/benchmarks.md), off
+    /// elsewhere (where a batch's audio then equals its requests' own, whatever the load).
+    pub fn with_paced_schedule(mut self, on: bool) -> Self {
+        self.paced_schedule = on;
+        self
+    }
 }
 
 /// The exaggeration voices are analysed with (the request's own is applied when speaking).
@@ -94,12 +112,20 @@ const EXAGGERATION: f32 = 0.5;
 
 /// A [`RequestBatch`] over the pipeline's `SpeechBatch`.
 struct PipelineBatch<'a> {
+    /// Where the batch's pace goes when it is dropped, for the next one.
+    pace: &'a std::sync::Mutex<chatterbox_pipeline::Pace>,
     batch: chatterbox_pipeline::SpeechBatch<'a>,
     /// The model the batch borrows, for voice analyses between rounds.
     model: &'a Inner,
     builtin: Option<&'a Conditionals>,
     device: &'a Device,
     id: ModelId,
+}
+
+impl Drop for PipelineBatch<'_> {
+    fn drop(&mut self) {
+        *self.pace.lock().unwrap_or_else(|e| e.into_inner()) = self.batch.pace();
+    }
 }
 
 impl RequestBatch for PipelineBatch<'_> {
@@ -264,8 +290,11 @@ impl SpeechModel for PipelineModel {
                 batch: {
                     batch.set_flow_rows(self.flow_rows);
                     batch.set_horizon(self.horizon);
+                    batch.set_paced_schedule(self.paced_schedule);
+                    batch.set_pace(*self.pace.lock().unwrap_or_else(|e| e.into_inner()));
                     batch
                 },
+                pace: &self.pace,
                 model: &self.inner,
                 builtin: self.builtin.as_ref(),
                 device: &self.device,

@@ -543,6 +543,7 @@ fn serve_batch(
                     vocoder_calls = t.vocoder_calls,
                     chunks_per_vocoder_call =
                         t.vocoder_chunks as f64 / t.vocoder_calls.max(1) as f64,
+                    paced_sentences = t.paced_sentences,
                     "batch drained"
                 );
             }

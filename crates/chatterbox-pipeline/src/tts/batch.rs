@@ -28,7 +28,7 @@ use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
 use crate::s3gen::S3GEN_SR;
-use crate::stream_synth::{vocode_batch, FlowJob, VocodeJob};
+use crate::stream_synth::{vocode_batch, FlowJob, StreamSchedule, VocodeJob};
 use crate::{PipelineError, Result};
 use chatterbox_t3::{BatchDecoder, BatchEvent, BatchOptions};
 use rayon::prelude::*;
@@ -75,24 +75,24 @@ pub struct BatchTimings {
     pub vocoder_calls: u64,
     /// Chunks those calls made.
     pub vocoder_chunks: u64,
-    /// Chunks cut before their scheduled size for a listener about to run out of audio
-    /// ([`SpeechBatch::set_deadline_cuts`]).
-    pub deadline_cuts: u64,
+    /// Sentences started on a paced schedule ([`SpeechBatch::set_paced_schedule`]).
+    pub paced_sentences: u64,
 }
 
 struct Entry<'a> {
     id: StreamId,
     stream: SpeechStream<'a>,
     playout: Playout,
+    /// The chunk schedule it was added with (a paced one replaces it per sentence).
+    schedule: StreamSchedule,
 }
 
-/// What running a stream's host work gave: its step, its flow job when it waits for one, the
-/// chunks it made, and whether its next chunk was cut for its deadline.
+/// What running a stream's host work gave: its step, its flow job when it waits for one, and
+/// the chunks it made.
 type Pumped = (
     Result<Step>,
     Option<Result<Option<FlowJob>>>,
     Vec<AudioChunk>,
-    bool,
 );
 
 /// Streams spoken together: see the module docs. Created by the models' `batch`.
@@ -106,10 +106,10 @@ pub struct SpeechBatch<'a> {
     flow_rows: usize,
     /// How far ahead a chunk counts as urgent (see [`SpeechBatch::set_horizon`]).
     horizon: Option<Duration>,
-    /// Whether chunks are cut early for their deadlines (see
-    /// [`SpeechBatch::set_deadline_cuts`]).
-    deadline_cuts: bool,
-    /// The measured round and call times the cuts are decided on.
+    /// Whether live sentences start on a paced schedule (see
+    /// [`SpeechBatch::set_paced_schedule`]).
+    paced: bool,
+    /// The measured round and call times the paced schedules are planned on.
     pace: Pace,
     /// When the last round started (`None` after a round that left the batch empty).
     last_round: Option<Instant>,
@@ -139,7 +139,7 @@ impl<'a> SpeechBatch<'a> {
             timings: BatchTimings::default(),
             flow_rows: FLOW_ROWS,
             horizon: None,
-            deadline_cuts: false,
+            paced: false,
             pace: Pace::default(),
             last_round: None,
             parallel: chatterbox_cuda::ordered(core.t3.device()),
@@ -173,21 +173,30 @@ impl<'a> SpeechBatch<'a> {
         self.horizon = horizon;
     }
 
-    /// Whether chunks are cut early for their listeners' deadlines.
-    pub fn deadline_cuts(&self) -> bool {
-        self.deadline_cuts
+    /// Whether live sentences start on a paced schedule.
+    pub fn paced_schedule(&self) -> bool {
+        self.paced
     }
 
-    /// Sets [`deadline_cuts`](Self::deadline_cuts): a live stream waiting for the tokens of
-    /// its next chunk has that chunk made on the tokens it has (never fewer than its
-    /// schedule's first hop) when, at the batch's measured round and call times, the
-    /// scheduled chunk would reach its listener after the audio sent so far has played (see
-    /// [`super::schedule`]). Keeps streams fed when the batch makes tokens faster than real
-    /// time but not the three to four times faster that the schedule's growing chunks need;
-    /// costs a flow and a HiFT call per cut. Off by default: a stream's audio then depends
-    /// only on its own inputs (with cuts, also on when its chunks were cut).
-    pub fn set_deadline_cuts(&mut self, on: bool) {
-        self.deadline_cuts = on;
+    /// Sets [`paced_schedule`](Self::paced_schedule): a live stream's sentence that starts in
+    /// a batch whose measured pace cannot make its schedule's growing chunks in time (each
+    /// chunk made while the one before it plays) starts on hops it can: a longer first chunk
+    /// and slower growth (see [`super::schedule`]). Its first audio comes later; the chunks
+    /// after it come before its listener runs out, as far as the pace holds. Streams kept
+    /// whole keep their schedule. Off by default: a stream's audio then depends only on its
+    /// own inputs (paced, also on the batch's pace when each sentence started).
+    pub fn set_paced_schedule(&mut self, on: bool) {
+        self.paced = on;
+    }
+
+    /// The batch's measured pace, to hand to the next batch ([`SpeechBatch::set_pace`]).
+    pub fn pace(&self) -> Pace {
+        self.pace
+    }
+
+    /// Starts from `pace` (an earlier batch's) instead of nothing measured.
+    pub fn set_pace(&mut self, pace: Pace) {
+        self.pace = pace;
     }
 
     /// Marks stream `id` as kept whole (`live` false: its audio is not played as it arrives,
@@ -216,6 +225,7 @@ impl<'a> SpeechBatch<'a> {
         self.next_id += 1;
         self.streams.push(Entry {
             id,
+            schedule: opts.stream.clone(),
             stream,
             playout: Playout::new(Instant::now()),
         });
@@ -307,8 +317,9 @@ impl<'a> SpeechBatch<'a> {
         let mut out = Vec::new();
         let mut failed: Vec<StreamId> = Vec::new();
         let t0 = Instant::now();
+        let rows_before = self.decoder.active();
         if let Some(last) = self.last_round.replace(t0) {
-            self.pace.observe_round(t0 - last);
+            self.pace.observe_round(rows_before, t0 - last);
         }
         // Admissions, first come first served: every stream that needs its next sentence
         // queues it while slots are free, then one prefill call admits as many as its budget
@@ -322,7 +333,13 @@ impl<'a> SpeechBatch<'a> {
                 continue;
             }
             let r = match e.stream.pump() {
-                Ok(Step::NeedsSentence) => e.stream.start_sentence(Some(&mut self.decoder)),
+                Ok(Step::NeedsSentence) => {
+                    if self.paced {
+                        let paced = plan(&self.pace, e);
+                        self.timings.paced_sentences += u64::from(paced);
+                    }
+                    e.stream.start_sentence(Some(&mut self.decoder))
+                }
                 Ok(_) => Ok(()),
                 Err(err) => Err(err),
             };
@@ -373,33 +390,18 @@ impl<'a> SpeechBatch<'a> {
         let mut flow_calls = 0;
         loop {
             let mut vocodes = Vec::new();
-            let (cuts, pace, now) = (self.deadline_cuts, self.pace, Instant::now());
             // each stream's own host work (its chunk jobs and their draws, joining its audio),
             // on rayon's threads where the device orders their work: the streams share nothing
             let pump = |(e, dirty): (&mut Entry<'a>, &mut bool)| -> Option<Pumped> {
                 if !std::mem::take(dirty) || failed.contains(&e.id) {
                     return None;
                 }
-                let mut step = e.stream.pump();
-                let mut cut = false;
-                if cuts && matches!(step, Ok(Step::Blocked)) && e.playout.first_audio.is_some() {
-                    let deadline = e.playout.deadline(e.stream.samples_emitted(), S3GEN_SR);
-                    if let (Some(deadline), Some(tokens)) =
-                        (deadline, e.stream.tokens_to_next_chunk())
-                    {
-                        let token_audio = e.stream.token_audio();
-                        if pace.cut_now(now, deadline, tokens, token_audio) && e.stream.cut_chunk()
-                        {
-                            cut = true;
-                            step = e.stream.pump();
-                        }
-                    }
-                }
+                let step = e.stream.pump();
                 let job = match step {
                     Ok(Step::Flow) => Some(e.stream.flow_job()),
                     _ => None,
                 };
-                Some((step, job, e.stream.take_ready().collect(), cut))
+                Some((step, job, e.stream.take_ready().collect()))
             };
             let pumped: Vec<Option<Pumped>> = if self.parallel {
                 self.streams
@@ -415,10 +417,9 @@ impl<'a> SpeechBatch<'a> {
                     .collect()
             };
             for (i, p) in pumped.into_iter().enumerate() {
-                let Some((step, job, ready, cut)) = p else {
+                let Some((step, job, ready)) = p else {
                     continue;
                 };
-                self.timings.deadline_cuts += u64::from(cut);
                 let id = self.streams[i].id;
                 let playout = &mut self.streams[i].playout;
                 for c in ready {
@@ -633,6 +634,27 @@ impl<'a> SpeechBatch<'a> {
             failed.push(id);
         }
     }
+}
+
+/// Gives the sentence that `e` starts next a paced schedule where its stream is live and the
+/// batch's pace needs one, its own schedule otherwise; returns whether it is paced.
+fn plan(pace: &Pace, e: &mut Entry<'_>) -> bool {
+    let hops = match (e.playout.live, pace.round(), pace.chunk_calls()) {
+        (true, Some(round), Some(calls)) => {
+            schedule::paced_hops(&e.schedule.hops, round, calls, e.stream.token_audio())
+        }
+        _ => None,
+    };
+    let paced = hops.is_some();
+    let schedule = match hops {
+        Some(hops) => StreamSchedule {
+            hops,
+            ..e.schedule.clone()
+        },
+        None => e.schedule.clone(),
+    };
+    e.stream.set_schedule(schedule);
+    paced
 }
 
 /// The calls to make of `items` (sorted by `key`): runs of one key, at most `max` long each.

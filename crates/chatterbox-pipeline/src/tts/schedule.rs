@@ -14,12 +14,15 @@
 //! held behind audio that can wait.
 //!
 //! A stream's chunks grow (Turbo: 10, 30, 120, then 480 tokens), which keeps the flow calls
-//! few, but each must be made while the one before it plays: the batch has to make tokens
-//! three to four times faster than real time. Under load it cannot, and the listener runs dry
-//! waiting for a chunk of 120 tokens while 30 play. With deadline cuts on, a live stream whose
-//! next chunk would come after its listener runs out ([`Pace::cut_now`]: the tokens still
-//! missing at the measured round time, then a chunk's calls) has its chunk cut on the tokens
-//! it has, never fewer than its first hop: more, smaller chunks exactly when they are needed.
+//! few, but each chunk must be made while the one before it plays: a chunk of 30 tokens after
+//! one of 10 needs tokens three times faster than real time. Under load a batch makes them
+//! slower, and every listener runs dry waiting for its second chunk. With a paced schedule
+//! ([`paced_hops`]) a live sentence that starts in a batch gets hops that its measured pace
+//! ([`Pace`]: the mean round and a chunk's calls, carried from batch to batch) can
+//! make in time: a longer first chunk (its first audio later) and growth slowed to what the
+//! pace allows. Where the default keeps up, it is kept. (Cutting a chunk early when its
+//! listener was about to run out, tried first, made four times the flow calls at 64 Turbo
+//! streams on an H200 and fell from 163x to 63x real time: docs/benchmarks.md.)
 use std::time::{Duration, Instant};
 
 /// How soon after joining a live stream's first chunk falls due.
@@ -59,17 +62,28 @@ impl Playout {
     }
 }
 
-/// How much the newest measurement weighs in [`Pace`]'s means (about ten rounds make most of
-/// them).
+/// How much the newest measurement weighs in [`Pace`]'s means: about ten rounds make most of
+/// them. (On an H200 this paced 44 of 64 Turbo streams arriving together and none of
+/// English's waves of 16, whose last rounds, each stream making its final chunk, read as a
+/// pace no schedule keeps; at 0.05, forty rounds, English paced 16 of 64 and Turbo none.)
 const PACE_WEIGHT: f64 = 0.2;
 
+/// The share of a listener's audio a paced chunk's successor may take to make: the rest
+/// absorbs rounds slower than the mean.
+pub(crate) const PACED_UTILISATION: f64 = 0.8;
+
+/// Most hops a paced schedule lists (its last repeats).
+const PACED_HOPS: usize = 8;
+
 /// A batch's measured pace: exponentially weighted means of a round (a T3 step for every
-/// stream, with that round's audio work) and of a chunk's flow and HiFT calls.
+/// stream, with that round's audio work) and of a flow and a HiFT call. Kept from one batch to the next by the server
+/// ([`SpeechBatch::pace`](super::SpeechBatch::pace)), so that a crowd arriving at an idle
+/// server is paced by what the last one measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Pace {
-    pub round: Option<Duration>,
-    pub flow_call: Option<Duration>,
-    pub vocoder_call: Option<Duration>,
+pub struct Pace {
+    round: Option<Duration>,
+    flow_call: Option<Duration>,
+    vocoder_call: Option<Duration>,
 }
 
 fn mix(mean: &mut Option<Duration>, took: Duration) {
@@ -80,8 +94,23 @@ fn mix(mean: &mut Option<Duration>, took: Duration) {
 }
 
 impl Pace {
-    pub(crate) fn observe_round(&mut self, took: Duration) {
-        mix(&mut self.round, took);
+    /// A pace measured elsewhere (say, by a benchmark of this device and model): rounds of
+    /// `round`, flow calls of `flow_call` and HiFT calls of `vocoder_call`. A batch's own
+    /// rounds then update it.
+    pub fn assumed(round: Duration, flow_call: Duration, vocoder_call: Duration) -> Self {
+        Self {
+            round: Some(round),
+            flow_call: Some(flow_call),
+            vocoder_call: Some(vocoder_call),
+        }
+    }
+
+    /// Records a round that decoded `rows` streams and took `took` (a round that decoded
+    /// nothing is no round).
+    pub(crate) fn observe_round(&mut self, rows: usize, took: Duration) {
+        if rows > 0 {
+            mix(&mut self.round, took);
+        }
     }
 
     pub(crate) fn observe_flow_call(&mut self, took: Duration) {
@@ -92,30 +121,55 @@ impl Pace {
         mix(&mut self.vocoder_call, took);
     }
 
-    /// Whether a live stream whose listener runs out of audio at `deadline`, and whose next
-    /// chunk falls due after `tokens` more tokens, should have that chunk cut now: when it
-    /// would come too late (the tokens and the round after them at the mean round time, then
-    /// a flow and a HiFT call). Never while nothing is measured, nor when a round takes as
-    /// long as the audio a token makes for the listener (`token_audio`, seconds): a batch
-    /// slower than real time gains nothing from smaller chunks, each of which costs a call.
-    pub(crate) fn cut_now(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        tokens: usize,
-        token_audio: f64,
-    ) -> bool {
-        let (Some(round), Some(flow), Some(vocoder)) =
-            (self.round, self.flow_call, self.vocoder_call)
-        else {
-            return false;
-        };
-        if round.as_secs_f64() >= token_audio {
-            return false;
-        }
-        let ready = now + round * (tokens as u32).saturating_add(1) + flow + vocoder;
-        ready > deadline
+    /// The mean round; `None` before anything is measured. (Scaling it by the streams a
+    /// round will hold against those it was measured on read a wave's last rounds, few
+    /// streams each making its final chunk, as a pace no schedule keeps: Turbo and English on
+    /// an H200 then paced nothing.)
+    pub fn round(&self) -> Option<Duration> {
+        self.round
     }
+
+    /// A chunk's calls: a flow and a HiFT call, as measured.
+    pub fn chunk_calls(&self) -> Option<Duration> {
+        Some(self.flow_call? + self.vocoder_call?)
+    }
+}
+
+/// The hops a live sentence starting now should use instead of `default` (see the module
+/// docs), at a mean round of `round` and a chunk's calls taking `calls`, for a listener to
+/// whom a token is `token_audio` of audio; `None` where `default` keeps up (or nothing can:
+/// a round as long as a token's audio). Each chunk's successor takes at most
+/// [`PACED_UTILISATION`] of the chunk's audio to make: the first hop grows until the second
+/// of `default` fits behind it, each later one is the least of `default`'s and what fits
+/// behind the one before it (never less than that one), up to `default`'s last.
+pub(crate) fn paced_hops(
+    default: &[usize],
+    round: Duration,
+    calls: Duration,
+    token_audio: Duration,
+) -> Option<Vec<usize>> {
+    let (r, l) = (round.as_secs_f64(), calls.as_secs_f64());
+    let a = token_audio.as_secs_f64() * PACED_UTILISATION;
+    let (&first, &last) = (default.first()?, default.last()?);
+    if r <= 0.0 || r >= a {
+        return None;
+    }
+    let hop = |k: usize| default.get(k).copied().unwrap_or(last);
+    let second = hop(1);
+    // the least first hop whose audio covers the making of the second
+    let need = ((second as f64 * r + l) / a).ceil() as usize;
+    let mut hops = vec![need.clamp(first, first.max(second))];
+    while hops.len() < PACED_HOPS {
+        let prev = hops[hops.len() - 1];
+        let fits = ((a * prev as f64 - l) / r).floor().max(0.0) as usize;
+        let h = hop(hops.len()).min(fits.max(prev));
+        hops.push(h);
+        if hops.len() >= default.len() && h >= last {
+            break;
+        }
+    }
+    let same = hops.len() >= default.len() && hops.iter().zip(default).all(|(h, d)| h == d);
+    (!same).then_some(hops)
 }
 
 /// A chunk waiting for its flow call, as [`next_call`] sees it.
@@ -184,46 +238,59 @@ mod tests {
         }
     }
 
-    fn pace(round: u64, flow: u64, vocoder: u64) -> Pace {
-        let d = Duration::from_millis;
-        Pace {
-            round: Some(d(round)),
-            flow_call: Some(d(flow)),
-            vocoder_call: Some(d(vocoder)),
+    fn ms_(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    const TURBO: [usize; 4] = [10, 30, 120, 480];
+
+    #[test]
+    fn a_pace_that_keeps_up_keeps_the_default() {
+        // 16 Turbo streams on an H200: ~4.5 ms rounds
+        let r = Duration::from_micros(4500);
+        assert_eq!(paced_hops(&TURBO, r, ms_(50), ms_(40)), None);
+    }
+
+    #[test]
+    fn a_slow_pace_starts_longer_and_grows_slower() {
+        // 64 streams: 16 ms rounds, 50 ms of calls; a listener's token is 40 ms, 32 of it usable
+        let hops = paced_hops(&TURBO, ms_(16), ms_(50), ms_(40)).unwrap();
+        // the first chunk's 17 tokens (544 ms usable) cover the second's 30 (480 + 50 ms)
+        assert_eq!(hops, vec![17, 30, 56, 108, 212, 420, 480]);
+        for w in hops.windows(2) {
+            assert!(w[1] as f64 * 16.0 + 50.0 <= w[0] as f64 * 32.0, "{w:?}");
         }
+        // 8 ms rounds keep up at speed 1 but for the growth to 120 ...
+        let r8 = paced_hops(&TURBO, ms_(8), ms_(50), ms_(40)).unwrap();
+        assert_eq!(r8[..3], [10, 30, 113]);
+        // ... and at speed 2 (a token is 20 ms) the first chunk must grow too
+        let fast = paced_hops(&TURBO, ms_(8), ms_(50), ms_(20)).unwrap();
+        assert_eq!(fast[..3], [19, 30, 53]);
+        // 16 ms rounds cannot keep a listener at speed 2 fed by any schedule
+        assert_eq!(paced_hops(&TURBO, ms_(16), ms_(50), ms_(20)), None);
     }
 
     #[test]
-    fn a_chunk_is_cut_when_the_schedules_would_come_too_late() {
-        let t0 = Instant::now();
-        let dl = t0 + Duration::from_millis(400);
-        // 30 tokens at 10 ms, then 60 ms of calls: 370 ms, in time for a listener at 400 ms
-        let p = pace(10, 40, 20);
-        assert!(!p.cut_now(t0, dl, 29, 0.04));
-        // 14 ms rounds (64 Turbo streams on an H200): 494 ms, too late
-        assert!(pace(14, 40, 20).cut_now(t0, dl, 29, 0.04));
-        // a listener already out of audio
-        assert!(p.cut_now(t0, t0, 1, 0.04));
-        // at speed 2 a token is 20 ms of audio: 25 ms rounds cannot keep up by any cut
-        assert!(pace(14, 40, 20).cut_now(t0, dl, 29, 0.02));
-        assert!(!pace(25, 40, 20).cut_now(t0, dl, 29, 0.02));
-        // a batch slower than real time, or nothing measured yet: no cut
-        assert!(!pace(40, 40, 20).cut_now(t0, t0, 29, 0.04));
-        assert!(!Pace::default().cut_now(t0, t0, 29, 0.04));
+    fn no_schedule_helps_a_batch_slower_than_its_listeners() {
+        assert_eq!(paced_hops(&TURBO, ms_(32), ms_(50), ms_(40)), None);
+        assert_eq!(paced_hops(&TURBO, Duration::ZERO, ms_(50), ms_(40)), None);
+        assert_eq!(paced_hops(&[], ms_(16), ms_(50), ms_(40)), None);
     }
 
     #[test]
-    fn pace_means_weigh_the_newest_round_by_a_fifth() {
+    fn a_pace_weighs_the_newest_round_by_a_fifth() {
         let mut p = Pace::default();
-        p.observe_round(Duration::from_millis(10));
-        assert_eq!(p.round, Some(Duration::from_millis(10)));
-        p.observe_round(Duration::from_millis(20));
-        let round = p.round.map(|r| r.as_secs_f64()).unwrap_or(0.0);
+        assert_eq!(p.round(), None);
+        assert_eq!(p.chunk_calls(), None);
+        p.observe_round(16, ms_(10));
+        p.observe_round(0, ms_(500)); // an empty round is no round
+        assert_eq!(p.round(), Some(ms_(10)));
+        p.observe_round(16, ms_(20));
+        let round = p.round().map(|r| r.as_secs_f64()).unwrap_or(0.0);
         assert!((round - 0.012).abs() < 1e-9, "{round}");
-        p.observe_flow_call(Duration::from_millis(5));
-        p.observe_vocoder_call(Duration::from_millis(3));
-        assert_eq!(p.flow_call, Some(Duration::from_millis(5)));
-        assert_eq!(p.vocoder_call, Some(Duration::from_millis(3)));
+        p.observe_flow_call(ms_(5));
+        p.observe_vocoder_call(ms_(3));
+        assert_eq!(p.chunk_calls(), Some(ms_(8)));
     }
 
     #[test]

@@ -487,34 +487,18 @@ impl<'a> SpeechStream<'a> {
         self.done
     }
 
-    /// Batched, waiting for tokens: how many more its sentence needs before the schedule's
-    /// next chunk falls due (`None` when it waits for nothing of the kind).
-    pub(crate) fn tokens_to_next_chunk(&self) -> Option<usize> {
-        let s = self.sentence.as_ref()?;
-        match &s.tokens {
-            Tokens::Batched { queue, ended, .. } if queue.is_empty() && !ended => {
-                Some(s.synth.tokens_to_next_chunk()).filter(|&n| n > 0)
-            }
-            _ => None,
-        }
+    /// Sets the chunk schedule of the sentences it starts from now on (one already started
+    /// keeps its own); `schedule` must be valid for the model (a paced one always is: its
+    /// hops are at least the first of a valid schedule).
+    pub(crate) fn set_schedule(&mut self, schedule: crate::StreamSchedule) {
+        self.opts.stream = schedule;
     }
 
-    /// Batched, waiting for tokens: makes its next chunk due on the tokens it has (at least
-    /// the schedule's first hop; [`StreamingSynth::cut`](crate::StreamingSynth::cut)).
-    /// Returns whether it did; [`Self::pump`] then returns [`Step::Flow`].
-    pub(crate) fn cut_chunk(&mut self) -> bool {
-        let min_hop = self.opts.stream.hop(0);
-        match self.sentence.as_mut() {
-            Some(s) if matches!(&s.tokens, Tokens::Batched { queue, .. } if queue.is_empty()) => {
-                s.synth.cut(min_hop)
-            }
-            _ => false,
-        }
-    }
-
-    /// The audio one speech token makes for the listener, in seconds: 40 ms at speed 1.
-    pub(crate) fn token_audio(&self) -> f64 {
-        SAMPLES_PER_TOKEN as f64 / f64::from(S3GEN_SR) / f64::from(self.opts.speed)
+    /// The audio one speech token makes for the listener: 40 ms at speed 1.
+    pub(crate) fn token_audio(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            SAMPLES_PER_TOKEN as f64 / f64::from(S3GEN_SR) / f64::from(self.opts.speed),
+        )
     }
 
     /// The flow call this stream waits for (after [`Self::pump`] returned [`Step::Flow`]).

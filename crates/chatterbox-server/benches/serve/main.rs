@@ -17,6 +17,8 @@
 //! `chatterbox_pipeline::FLOW_ROWS`; 1: each stream's flow alone).
 //! `CHATTERBOX_SERVE_HORIZON_MS=H`: how far ahead of its listener a chunk counts as urgent
 //! (default 0: none, every chunk runs as soon as it is due, most urgent first).
+//! `CHATTERBOX_SERVE_PACED=0`: streams keep the model's chunk schedule under load (default 1:
+//! the server's paced schedules, `PipelineModel::with_paced_schedule`).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -250,7 +252,8 @@ async fn bench_main() -> anyhow::Result<()> {
                 .with_horizon(match env_usize("CHATTERBOX_SERVE_HORIZON_MS", 0) {
                     0 => None,
                     ms => Some(Duration::from_millis(ms as u64)),
-                });
+                })
+                .with_paced_schedule(env_usize("CHATTERBOX_SERVE_PACED", 1) != 0);
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };
