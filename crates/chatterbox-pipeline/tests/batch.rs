@@ -65,9 +65,9 @@ fn batched(
 /// Largest `|a - b|` over the largest `|b|` of the solo audio (the padded flow's float
 /// rounding, through HiFT): the pipeline fixtures' waveform tolerance (`wav`, rel 1e-3);
 /// measured at most 1.4e-4 on these models.
-const FLOW_ROWS_TOL: f32 = 1e-3;
+const SHARED_CALL_TOL: f32 = 1e-3;
 
-/// Asserts `got` is `want` within [`FLOW_ROWS_TOL`] of `want`'s peak; returns the largest
+/// Asserts `got` is `want` within [`SHARED_CALL_TOL`] of `want`'s peak; returns the largest
 /// difference and the peak.
 fn assert_close(got: &[f32], want: &[f32], what: &str) -> (f32, f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -77,7 +77,7 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) -> (f32, f32) {
         .zip(want)
         .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(
-        worst <= FLOW_ROWS_TOL * peak,
+        worst <= SHARED_CALL_TOL * peak,
         "{what}: differs from the solo stream by {worst:.2e} (peak {peak:.2e})"
     );
     (worst, peak)
@@ -195,18 +195,18 @@ fn english_streams_in_a_batch_equal_their_solo_streams() {
             .map(|c| c.unwrap())
             .collect::<Vec<_>>()
     };
-    for (slots, flow_rows) in [(4, 1), (4, 16), (2, 2), (1, 16)] {
+    for (slots, chunks_per_call) in [(4, 1), (4, 16), (2, 2), (1, 16)] {
         let opts = BatchOptions::default()
             .with_slots(slots)
             .with_positions(256)
             .with_bucket(32);
         let mut batch = tts.batch(opts).unwrap();
-        batch.set_flow_rows(flow_rows);
+        batch.set_chunks_per_call(chunks_per_call);
         let got = batched(&mut batch, &voices, &jobs);
-        check(solo, &voices, &jobs, &got, flow_rows == 1);
+        check(solo, &voices, &jobs, &got, chunks_per_call == 1);
         assert_eq!(batch.decoding(), 0);
         let t = batch.timings();
-        if slots > 1 && flow_rows > 1 {
+        if slots > 1 && chunks_per_call > 1 {
             assert!(
                 t.flow_chunks > t.flow_calls,
                 "no flow call was shared: {t:?}"
@@ -384,15 +384,15 @@ fn turbo_streams_in_a_batch_equal_their_solo_streams() {
             .map(|c| c.unwrap())
             .collect::<Vec<_>>()
     };
-    for (slots, flow_rows) in [(3, 1), (3, 16), (1, 16)] {
+    for (slots, chunks_per_call) in [(3, 1), (3, 16), (1, 16)] {
         let opts = BatchOptions::default()
             .with_slots(slots)
             .with_positions(512)
             .with_bucket(32);
         let mut batch = tts.batch(opts).unwrap();
-        batch.set_flow_rows(flow_rows);
+        batch.set_chunks_per_call(chunks_per_call);
         let got = batched(&mut batch, &voices, &jobs);
-        check(solo, &voices, &jobs, &got, flow_rows == 1);
+        check(solo, &voices, &jobs, &got, chunks_per_call == 1);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -485,7 +485,7 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
                     .with_bucket(32),
             )
             .unwrap();
-        batch.set_flow_rows(1);
+        batch.set_chunks_per_call(1);
         batch.set_paced_schedule(true);
         assert!(batch.paced_schedule());
         batch.set_pace(slow);

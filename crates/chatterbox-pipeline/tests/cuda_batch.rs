@@ -99,15 +99,15 @@ fn solo(tts: &ChatterboxTurboTts, i: usize) -> Vec<f32> {
         .collect()
 }
 
-/// `n` streams through one batch of `n` slots, `flow_rows` chunks per flow call at most; each
+/// `n` streams through one batch of `n` slots, `chunks_per_call` chunks per flow call at most; each
 /// one's audio.
 fn batched(
     tts: &ChatterboxTurboTts,
     conds: &Conditionals,
     n: usize,
-    flow_rows: usize,
+    chunks_per_call: usize,
 ) -> Vec<Vec<f32>> {
-    batched_of(tts, conds, n, flow_rows, TOKENS)
+    batched_of(tts, conds, n, chunks_per_call, TOKENS)
 }
 
 /// [`batched`] with `tokens` per stream at most.
@@ -115,14 +115,14 @@ fn batched_of(
     tts: &ChatterboxTurboTts,
     conds: &Conditionals,
     n: usize,
-    flow_rows: usize,
+    chunks_per_call: usize,
     tokens: usize,
 ) -> Vec<Vec<f32>> {
     let opts = BatchOptions::default()
         .with_slots(n)
         .with_positions(tokens + 512);
     let mut batch = tts.batch(opts).unwrap();
-    batch.set_flow_rows(flow_rows);
+    batch.set_chunks_per_call(chunks_per_call);
     for i in 0..n {
         let (text, o) = job_of(i, tokens);
         batch.add(conds, &text, &o).unwrap();
@@ -136,7 +136,7 @@ fn batched_of(
         t.flow_chunks as f64 / t.flow_calls.max(1) as f64,
         t.vocoder_calls
     );
-    if flow_rows > 1 {
+    if chunks_per_call > 1 {
         assert!(t.flow_chunks > t.flow_calls, "no flow call was shared");
     }
     out.into_iter()
@@ -181,7 +181,7 @@ fn f32_streams_in_a_batch_equal_their_solo_streams() {
 fn bf16_streams_in_a_batch_all_finish_with_finite_audio() {
     let (tts, conds) = model(DType::BF16);
     for _ in 0..3 {
-        let got = batched(&tts, &conds, 64, chatterbox_pipeline::FLOW_ROWS);
+        let got = batched(&tts, &conds, 64, chatterbox_pipeline::CHUNKS_PER_CALL);
         for (i, audio) in got.iter().enumerate() {
             assert!(
                 audio.iter().all(|v| v.is_finite()),

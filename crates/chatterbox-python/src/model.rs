@@ -113,7 +113,7 @@ impl Tts {
             .conditionals()
             .cloned()
             .ok_or(PipelineError::NoConditionals)?;
-        let slots = texts.len().clamp(1, chatterbox_pipeline::FLOW_ROWS);
+        let slots = texts.len().clamp(1, chatterbox_pipeline::CHUNKS_PER_CALL);
         // each slot's cache holds the default positions, or what a smaller model has
         let limit = each!(self, m => m.t3().backbone().max_positions());
         let defaults = BatchOptions::default();

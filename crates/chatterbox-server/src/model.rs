@@ -115,7 +115,7 @@ pub trait SpeechModel: Send {
 
     /// Requests the model speaks at once: its batch's size, 1 without batching. A worker
     /// holding the model admits this many requests beyond the queue.
-    fn concurrency(&self) -> usize {
+    fn slots(&self) -> usize {
         1
     }
 

@@ -41,8 +41,8 @@ pub struct PipelineModel {
     voice_set: bool,
     /// Continuous batching, when on ([`PipelineModel::with_batching`]).
     batching: Option<BatchOptions>,
-    /// Chunks per batched flow call ([`PipelineModel::with_flow_rows`]).
-    flow_rows: usize,
+    /// Chunks per batched flow call ([`PipelineModel::with_chunks_per_call`]).
+    chunks_per_call: usize,
     /// How far ahead a chunk counts as urgent ([`PipelineModel::with_horizon`]).
     horizon: Option<std::time::Duration>,
     /// Whether live streams start on schedules their batch's pace can keep
@@ -64,7 +64,7 @@ impl PipelineModel {
             device,
             voice_set,
             batching: None,
-            flow_rows: chatterbox_pipeline::FLOW_ROWS,
+            chunks_per_call: chatterbox_pipeline::CHUNKS_PER_CALL,
             horizon: None,
             paced_schedule,
             pace: std::sync::Mutex::default(),
@@ -81,10 +81,10 @@ impl PipelineModel {
     }
 
     /// With batching on, the chunks that fall due together share flow calls of up to `rows`
-    /// chunks (`SpeechBatch::set_flow_rows`; 1: each its own call). Default:
-    /// `chatterbox_pipeline::FLOW_ROWS`.
-    pub fn with_flow_rows(mut self, rows: usize) -> Self {
-        self.flow_rows = rows.max(1);
+    /// chunks (`SpeechBatch::set_chunks_per_call`; 1: each its own call). Default:
+    /// `chatterbox_pipeline::CHUNKS_PER_CALL`.
+    pub fn with_chunks_per_call(mut self, rows: usize) -> Self {
+        self.chunks_per_call = rows.max(1);
         self
     }
 
@@ -278,7 +278,7 @@ impl SpeechModel for PipelineModel {
         })
     }
 
-    fn concurrency(&self) -> usize {
+    fn slots(&self) -> usize {
         self.batching.as_ref().map_or(1, |o| o.slots)
     }
 
@@ -288,7 +288,7 @@ impl SpeechModel for PipelineModel {
         Some(match batch {
             Ok(mut batch) => Ok(Box::new(PipelineBatch {
                 batch: {
-                    batch.set_flow_rows(self.flow_rows);
+                    batch.set_chunks_per_call(self.chunks_per_call);
                     batch.set_horizon(self.horizon);
                     batch.set_paced_schedule(self.paced_schedule);
                     batch.set_pace(*self.pace.lock().unwrap_or_else(|e| e.into_inner()));

@@ -156,8 +156,7 @@ pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
                 order.push(*id);
             }
             if let Some(q) = shared.queues.get(id) {
-                q.workers
-                    .fetch_add(m.concurrency().max(1), Ordering::AcqRel);
+                q.workers.fetch_add(m.slots().max(1), Ordering::AcqRel);
             }
         }
     }
@@ -204,7 +203,7 @@ pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
                 refuse(job, id);
                 continue;
             }
-            let batched = matches!(job.work, Work::Speech(_)) && model.concurrency() > 1;
+            let batched = matches!(job.work, Work::Speech(_)) && model.slots() > 1;
             let done = std::panic::catch_unwind(AssertUnwindSafe(|| match (batched, &rx) {
                 (true, Some(rx)) => {
                     // a voice to derive is derived now, while no batch holds the model
@@ -280,8 +279,7 @@ fn retire(models: &BTreeMap<ModelId, Box<dyn SpeechModel>>, health: &Health<'_>)
     let shared = health.shared;
     for (id, m) in models {
         if let Some(q) = shared.queues.get(id) {
-            q.workers
-                .fetch_sub(m.concurrency().max(1), Ordering::AcqRel);
+            q.workers.fetch_sub(m.slots().max(1), Ordering::AcqRel);
         }
     }
     loop {

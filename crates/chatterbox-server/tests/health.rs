@@ -100,7 +100,7 @@ impl Speaks for Flaky {
         })))
     }
 
-    fn concurrency(&self) -> usize {
+    fn slots(&self) -> usize {
         self.slots.max(1)
     }
 

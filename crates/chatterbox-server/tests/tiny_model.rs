@@ -114,12 +114,12 @@ async fn the_voice_library_survives_a_restart() {
 /// the chunks due share flow calls (the default); a voice saved meanwhile waits for the batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batching_server_answers_like_one_request_at_a_time() {
-    for flow_rows in [1, chatterbox_pipeline::FLOW_ROWS] {
-        batching_server_matches_one_at_a_time(flow_rows).await;
+    for chunks_per_call in [1, chatterbox_pipeline::CHUNKS_PER_CALL] {
+        batching_server_matches_one_at_a_time(chunks_per_call).await;
     }
 }
 
-async fn batching_server_matches_one_at_a_time(flow_rows: usize) {
+async fn batching_server_matches_one_at_a_time(chunks_per_call: usize) {
     let dir = support::english_checkpoint("batch-ckpt");
     let voices = support::temp_dir("batch-voices");
     let batched = TestServer::start(
@@ -127,7 +127,7 @@ async fn batching_server_matches_one_at_a_time(flow_rows: usize) {
         vec![support::tiny_english_device_batched(
             dir.path().to_path_buf(),
             3,
-            flow_rows,
+            chunks_per_call,
         )],
     )
     .await;
@@ -178,7 +178,7 @@ async fn batching_server_matches_one_at_a_time(flow_rows: usize) {
     for (i, (b, g)) in bodies.iter().zip(&got).enumerate() {
         let want = speech(&solo, b.clone()).await.bytes().await.unwrap();
         assert!(want.len() > 44, "request {i}: empty audio");
-        if flow_rows == 1 {
+        if chunks_per_call == 1 {
             assert_eq!(*g, want, "request {i}: batched != one at a time");
             continue;
         }

@@ -94,7 +94,7 @@ async fn speech_cut_at_the_cap_says_so() {
         vec![support::tiny_english_device_batched(
             dir.path().to_path_buf(),
             2,
-            chatterbox_pipeline::FLOW_ROWS,
+            chatterbox_pipeline::CHUNKS_PER_CALL,
         )],
     )
     .await;

@@ -3,7 +3,7 @@
 //! from one [`BatchDecoder`] shared by all, so T3 reads its weights once per step for every
 //! stream instead of once per stream. The chunks that fall due in a round go through the flow
 //! together (`inference_rows`: padded to the longest and masked, up to
-//! [`SpeechBatch::flow_rows`] per call; earliest deadline first, see [`super::schedule`]:
+//! [`SpeechBatch::chunks_per_call`] per call; earliest deadline first, see [`super::schedule`]:
 //! a stream's deadline is when its listener runs out of audio), each call's
 //! chunks then through HiFT together, chunks of one length per call (HiFT's convolutions see
 //! past a row's end, so it takes no padding), and out ([`SpeechBatch::step_with`]) before the
@@ -20,7 +20,7 @@
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
 //! audio equals the solo stream's up to the float rounding of the padded flow call (exactly,
-//! with `flow_rows` 1).
+//! with `chunks_per_call` 1).
 
 use super::core::TtsCore;
 use super::schedule::{self, Due, Pace, Playout};
@@ -67,11 +67,11 @@ pub struct BatchTimings {
     pub flow: Duration,
     /// The HiFT calls' part of `audio`, likewise.
     pub vocoder: Duration,
-    /// Flow calls run (each on up to [`SpeechBatch::flow_rows`] chunks).
+    /// Flow calls run (each on up to [`SpeechBatch::chunks_per_call`] chunks).
     pub flow_calls: u64,
     /// Chunks those calls made.
     pub flow_chunks: u64,
-    /// HiFT calls run (each on up to [`SpeechBatch::flow_rows`] chunks of one shape).
+    /// HiFT calls run (each on up to [`SpeechBatch::chunks_per_call`] chunks of one shape).
     pub vocoder_calls: u64,
     /// Chunks those calls made.
     pub vocoder_chunks: u64,
@@ -103,7 +103,7 @@ pub struct SpeechBatch<'a> {
     streams: Vec<Entry<'a>>,
     next_id: StreamId,
     timings: BatchTimings,
-    flow_rows: usize,
+    chunks_per_call: usize,
     /// How far ahead a chunk counts as urgent (see [`SpeechBatch::set_horizon`]).
     horizon: Option<Duration>,
     /// Whether live sentences start on a paced schedule (see
@@ -117,8 +117,8 @@ pub struct SpeechBatch<'a> {
     parallel: bool,
 }
 
-/// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_flow_rows`]).
-pub const FLOW_ROWS: usize = 16;
+/// Chunks one flow or HiFT call makes at most by default (see [`SpeechBatch::set_chunks_per_call`]).
+pub const CHUNKS_PER_CALL: usize = 16;
 
 impl std::fmt::Debug for SpeechBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,7 +137,7 @@ impl<'a> SpeechBatch<'a> {
             streams: Vec::new(),
             next_id: 0,
             timings: BatchTimings::default(),
-            flow_rows: FLOW_ROWS,
+            chunks_per_call: CHUNKS_PER_CALL,
             horizon: None,
             paced: false,
             pace: Pace::default(),
@@ -147,14 +147,14 @@ impl<'a> SpeechBatch<'a> {
     }
 
     /// Chunks one flow call (and one HiFT call) makes at most.
-    pub fn flow_rows(&self) -> usize {
-        self.flow_rows
+    pub fn chunks_per_call(&self) -> usize {
+        self.chunks_per_call
     }
 
-    /// Sets [`flow_rows`](Self::flow_rows) (at least 1; 1 runs each stream's flow and HiFT
-    /// alone, exactly as the stream on its own). Default: [`FLOW_ROWS`].
-    pub fn set_flow_rows(&mut self, rows: usize) {
-        self.flow_rows = rows.max(1);
+    /// Sets [`chunks_per_call`](Self::chunks_per_call) (at least 1; 1 runs each stream's flow and HiFT
+    /// alone, exactly as the stream on its own). Default: [`CHUNKS_PER_CALL`].
+    pub fn set_chunks_per_call(&mut self, rows: usize) {
+        self.chunks_per_call = rows.max(1);
     }
 
     /// How far ahead of its listener a chunk counts as urgent.
@@ -484,7 +484,7 @@ impl<'a> SpeechBatch<'a> {
     }
 
     /// Takes the next flow call out of `due` ([`schedule::next_call`]): earliest deadline
-    /// first, [`SpeechBatch::flow_rows`] at most, of one number of Euler steps; none when
+    /// first, [`SpeechBatch::chunks_per_call`] at most, of one number of Euler steps; none when
     /// nothing is urgent within the horizon, unless `background` (no call has run this round).
     fn next_flow_call(
         &self,
@@ -505,7 +505,7 @@ impl<'a> SpeechBatch<'a> {
             .collect();
         let picked = schedule::next_call(
             &seen,
-            self.flow_rows,
+            self.chunks_per_call,
             self.horizon.map(|h| now + h),
             background,
         );
@@ -580,7 +580,7 @@ impl<'a> SpeechBatch<'a> {
     }
 
     /// The HiFT calls of the streams at `waiting`: those of one shape (a chunk's frames and
-    /// cached source) share a call, `flow_rows` at most; each stream gets its output, or fails
+    /// cached source) share a call, `chunks_per_call` at most; each stream gets its output, or fails
     /// with its call.
     fn run_vocoder(
         &mut self,
@@ -594,7 +594,7 @@ impl<'a> SpeechBatch<'a> {
             .collect();
         jobs.sort_by_key(|&(_, shape)| shape);
         let hift = self.core.s3gen.mel2wav();
-        for group in calls(&jobs, self.flow_rows, |&(_, shape)| shape) {
+        for group in calls(&jobs, self.chunks_per_call, |&(_, shape)| shape) {
             let jobs: Vec<&VocodeJob> = group
                 .iter()
                 .filter_map(|&(i, _)| self.streams[i].stream.vocode_job())

@@ -10,7 +10,7 @@ pub use self::core::{
     SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 
-pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, FLOW_ROWS};
+pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, CHUNKS_PER_CALL};
 pub use self::schedule::{Pace, FIRST_AUDIO_BUDGET};
 pub use self::stream::{AudioChunk, SpeechStream, Truncation};
 

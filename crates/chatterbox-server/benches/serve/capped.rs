@@ -80,8 +80,8 @@ impl SpeechModel for Capped {
     ) -> Result<ChunkIter<'a>, ModelError> {
         self.inner.stream(text, &capped(opts, &self.cap))
     }
-    fn concurrency(&self) -> usize {
-        self.inner.concurrency()
+    fn slots(&self) -> usize {
+        self.inner.slots()
     }
     fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
         Some(self.inner.batch()?.map(|inner| {

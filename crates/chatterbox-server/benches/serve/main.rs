@@ -13,8 +13,8 @@
 //! from GPUs 0..N, one worker each (the GPU memory sampled is GPU 0's).
 //! `CHATTERBOX_SERVE_BATCH=S` serves up to `S` requests at once per worker through one batched
 //! T3 decoder (continuous batching, issue 27); 0 (default) one at a time.
-//! `CHATTERBOX_SERVE_FLOW_ROWS=R`: chunks per batched flow call (default
-//! `chatterbox_pipeline::FLOW_ROWS`; 1: each stream's flow alone).
+//! `CHATTERBOX_SERVE_CHUNKS_PER_CALL=R`: chunks per batched flow call (default
+//! `chatterbox_pipeline::CHUNKS_PER_CALL`; 1: each stream's flow alone).
 //! `CHATTERBOX_SERVE_HORIZON_MS=H`: how far ahead of its listener a chunk counts as urgent
 //! (default 0: none, every chunk runs as soon as it is due, most urgent first).
 //! `CHATTERBOX_SERVE_PACED=0`: streams keep the model's chunk schedule under load (default 1:
@@ -120,7 +120,7 @@ use anyhow::Context as _;
 use candle_core::Device;
 use capped::{Capped, Caps};
 use chatterbox_pipeline::{
-    perth_watermarker, ChatterboxTts, ChatterboxTurboTts, VoiceClip, Watermarker, FLOW_ROWS,
+    perth_watermarker, ChatterboxTts, ChatterboxTurboTts, VoiceClip, Watermarker, CHUNKS_PER_CALL,
     S3GEN_SR, S3_SR,
 };
 use chatterbox_server::{
@@ -248,7 +248,10 @@ async fn bench_main() -> anyhow::Result<()> {
             );
             let inner = inner
                 .with_batching(batching)
-                .with_flow_rows(env_usize("CHATTERBOX_SERVE_FLOW_ROWS", FLOW_ROWS))
+                .with_chunks_per_call(env_usize(
+                    "CHATTERBOX_SERVE_CHUNKS_PER_CALL",
+                    CHUNKS_PER_CALL,
+                ))
                 .with_horizon(match env_usize("CHATTERBOX_SERVE_HORIZON_MS", 0) {
                     0 => None,
                     ms => Some(Duration::from_millis(ms as u64)),

@@ -103,8 +103,8 @@ pub trait Speaks: Send {
     /// The chunks of `text` (the request's options are not read).
     fn speak(&self, text: &str) -> Result<ChunkIter<'_>, ModelError>;
 
-    /// As [`SpeechModel::concurrency`].
-    fn concurrency(&self) -> usize {
+    /// As [`SpeechModel::slots`].
+    fn slots(&self) -> usize {
         1
     }
 
@@ -139,8 +139,8 @@ impl<M: Speaks> SpeechModel for Voiceless<M> {
         self.0.speak(text)
     }
 
-    fn concurrency(&self) -> usize {
-        self.0.concurrency()
+    fn slots(&self) -> usize {
+        self.0.slots()
     }
 
     fn batch(&self) -> Option<Result<Box<dyn RequestBatch + '_>, ModelError>> {
@@ -454,8 +454,12 @@ pub fn tiny_english_device(dir: PathBuf) -> DeviceModels {
 }
 
 /// [`tiny_english_device`] speaking up to `slots` requests at once (0: one at a time), the
-/// chunks due sharing flow calls of up to `flow_rows`.
-pub fn tiny_english_device_batched(dir: PathBuf, slots: usize, flow_rows: usize) -> DeviceModels {
+/// chunks due sharing flow calls of up to `chunks_per_call`.
+pub fn tiny_english_device_batched(
+    dir: PathBuf,
+    slots: usize,
+    chunks_per_call: usize,
+) -> DeviceModels {
     DeviceModels::new("cpu", move || {
         let tts = chatterbox_pipeline::ChatterboxTts::from_dir(
             &dir,
@@ -469,7 +473,7 @@ pub fn tiny_english_device_batched(dir: PathBuf, slots: usize, flow_rows: usize)
         let m: Box<dyn SpeechModel> = Box::new(
             chatterbox_server::PipelineModel::from(tts)
                 .with_batching(batching)
-                .with_flow_rows(flow_rows),
+                .with_chunks_per_call(chunks_per_call),
         );
         Ok(vec![m])
     })

@@ -211,7 +211,7 @@ impl SpeechModel for StoreFake {
         })))
     }
 
-    fn concurrency(&self) -> usize {
+    fn slots(&self) -> usize {
         self.slots.max(1)
     }
 
