@@ -1,7 +1,7 @@
 //! Loading from the Hugging Face hub through chatterbox-pipeline's `hub` feature (the files
 //! are cached in `~/.cache/huggingface`, so only the first run downloads).
 use crate::args::Model;
-use crate::speak::Tts;
+use crate::model::Tts;
 use anyhow::Result;
 use candle_core::{DType, Device};
 use chatterbox_pipeline::{ChatterboxVc, MultilingualT3};
@@ -17,7 +17,7 @@ mod enabled {
     // The downloads, then `from_dir`: the command decides about the watermark itself
     // (`from_hub` would fetch Perth even with --no-watermark).
     pub fn tts(model: Model, mtl: &MultilingualT3, dev: &Device, dtype: DType) -> Result<Tts> {
-        let dir = download_checkpoint(crate::speak::variant(model), mtl)?;
+        let dir = download_checkpoint(crate::model::variant(model), mtl)?;
         Ok(match model {
             Model::English => Tts::English(ChatterboxTts::from_dir(dir, dev, dtype)?),
             Model::Multilingual => Tts::Multilingual(
@@ -41,7 +41,7 @@ mod enabled {
     }
 
     pub fn checkpoint_dir(model: Model, mtl: &MultilingualT3) -> Result<std::path::PathBuf> {
-        Ok(download_checkpoint(crate::speak::variant(model), mtl)?)
+        Ok(download_checkpoint(crate::model::variant(model), mtl)?)
     }
 }
 

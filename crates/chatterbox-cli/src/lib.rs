@@ -15,6 +15,7 @@ mod hub;
 mod input;
 mod interrupt;
 mod japanese;
+mod model;
 mod output;
 mod playout;
 mod preflight;

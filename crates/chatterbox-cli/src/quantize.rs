@@ -2,9 +2,9 @@
 //! bf16), through `chatterbox_pipeline::write_quantized_checkpoint`; `speak`, `vc` and `serve`
 //! load it with `--model-dir`.
 use crate::args::{CheckpointFormat, Model, QuantizeArgs};
+use crate::model::variant;
 use crate::progress::Progress;
 use crate::source::{read_config, Source};
-use crate::speak::variant;
 use crate::{hub, preflight};
 use anyhow::{bail, Context, Result};
 use chatterbox_pipeline::{

@@ -3,8 +3,8 @@
 //! anything is bound; then one worker per `--device` loads its copy of every `--model` in the
 //! background, the address is printed once bound, and SIGINT/SIGTERM stop it gracefully.
 use crate::args::{Model, ModelSpec, QuantizeArg, ServeArgs};
+use crate::model::{self, Tts};
 use crate::source::Source;
-use crate::speak::{self, Tts};
 use crate::{device, preflight};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
@@ -85,7 +85,7 @@ fn plan(args: &ServeArgs, mtl: &MultilingualT3) -> Result<Vec<Planned>> {
             );
         }
         let dir = spec.dir.as_deref().or(args.model_dir.as_deref());
-        let src = Source::resolve(dir, speak::variant(spec.model).hub_repo())
+        let src = Source::resolve(dir, model::variant(spec.model).hub_repo())
             .with_context(|| format!("--model {}", model_id(spec.model)))?;
         let clash = out.iter().find(|p| {
             p.src == src && matches!(src, Source::Dir(_)) && gpt2(p.model) != gpt2(spec.model)
@@ -113,7 +113,7 @@ fn plan(args: &ServeArgs, mtl: &MultilingualT3) -> Result<Vec<Planned>> {
         });
     }
     for p in &out {
-        let variant = speak::variant(p.model);
+        let variant = model::variant(p.model);
         // No built-in voice needed: library voices serve a checkpoint without conds.pt.
         preflight::check_checkpoint(variant, mtl, &p.src, false).with_context(|| {
             format!(
@@ -291,12 +291,12 @@ fn worker(dev: Device, load: Load, failure: Arc<LoadFailure>) -> DeviceModels {
         let mut models = Vec::with_capacity(plan.len());
         for p in &plan {
             let t0 = Instant::now();
-            let variant = speak::variant(p.model);
+            let variant = model::variant(p.model);
             let loaded = {
                 let _one_download = matches!(p.src, Source::Hub(_))
                     .then(|| HUB.lock().unwrap_or_else(PoisonError::into_inner));
-                speak::load(p.model, &mtl, &p.src, None, &dev, dtype).and_then(|tts| {
-                    speak::check_stored_format(quantize, tts.t3_format())?;
+                model::load(p.model, &mtl, &p.src, None, &dev, dtype).and_then(|tts| {
+                    model::check_stored_format(quantize, tts.t3_format())?;
                     Ok(tts
                         .with_t3_format(format)?
                         .with_watermarker(crate::watermark::load(perth.as_ref(), &dev)?))
@@ -367,7 +367,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 plan: planned.clone(),
                 mtl: mtl.clone(),
                 dtype,
-                format: speak::t3_format(args.quantize, &d, dtype)?,
+                format: model::t3_format(args.quantize, &d, dtype)?,
                 quantize: args.quantize,
                 perth: perth.clone(),
                 batching: batching(&args, &d),
