@@ -50,9 +50,9 @@ pub use stream_synth::{
 };
 pub use tts::{
     drop_invalid_tokens, AudioChunk, BatchOutput, BatchTimings, ChatterboxMultilingualTts,
-    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, Pace, Pacing, SpeechBatch, SpeechReport,
-    SpeechStream, StreamId, Truncation, CHUNKS_PER_CALL, FIRST_AUDIO_BUDGET, MIN_REF_SECS,
-    SPEECH_EOS, SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
+    ChatterboxTts, ChatterboxTurboTts, ChunkOutput, Pace, SpeechBatch, SpeechReport, SpeechStream,
+    StreamId, Truncation, CHUNKS_PER_CALL, FIRST_AUDIO_BUDGET, MIN_REF_SECS, SPEECH_EOS,
+    SPEECH_SOS, SPEECH_VOCAB_SIZE, TURBO_MIN_REF_SECS, TURBO_TARGET_LUFS,
 };
 pub use vc::{ChatterboxVc, VcOptions};
 pub use vc_chunks::VcProgress;

@@ -7,7 +7,7 @@ use crate::model::{
 use chatterbox_dsp::Audio;
 use chatterbox_pipeline::{
     BatchOptions, BatchOutput, ChatterboxMultilingualTts, ChatterboxTts, ChatterboxTurboTts,
-    Conditionals, Device, GenerateOptions, Pacing, Variant,
+    Conditionals, Device, GenerateOptions, Variant,
 };
 use std::path::Path;
 
@@ -45,8 +45,9 @@ pub struct PipelineModel {
     chunks_per_call: usize,
     /// How far ahead a chunk counts as urgent ([`PipelineModel::with_horizon`]).
     horizon: Option<std::time::Duration>,
-    /// How live streams' chunks fit their batch's pace ([`PipelineModel::with_pacing`]).
-    pacing: Pacing,
+    /// Whether live streams start on schedules their batch's pace can keep
+    /// ([`PipelineModel::with_paced_schedule`]).
+    paced_schedule: bool,
     /// The last batch's measured pace, which the next one starts from.
     pace: std::sync::Mutex<chatterbox_pipeline::Pace>,
 }
@@ -56,11 +57,7 @@ impl PipelineModel {
         let (builtin, device) =
             with_model!(&inner, m => (m.conditionals().cloned(), m.t3().device().clone()));
         let voice_set = builtin.is_some();
-        let pacing = if device.is_cuda() {
-            Pacing::EachChunk
-        } else {
-            Pacing::Off
-        };
+        let paced_schedule = device.is_cuda();
         Self {
             inner,
             builtin,
@@ -69,7 +66,7 @@ impl PipelineModel {
             batching: None,
             chunks_per_call: chatterbox_pipeline::CHUNKS_PER_CALL,
             horizon: None,
-            pacing,
+            paced_schedule,
             pace: std::sync::Mutex::default(),
         }
     }
@@ -99,14 +96,13 @@ impl PipelineModel {
         self
     }
 
-    /// With batching on, how a streamed request's chunks fit the batch's measured pace, so
-    /// that each is made before its listener runs out (`SpeechBatch::set_pacing`: a longer
-    /// first chunk and slower growth under load, each hop chosen again when the chunk before
-    /// it is made; the pace carries from one batch to the next). Default:
-    /// [`Pacing::EachChunk`] on CUDA (measured there, docs/benchmarks.md), [`Pacing::Off`]
+    /// With batching on, whether a streamed request starts on a chunk schedule that the
+    /// batch's measured pace can make before its listener runs out (a longer first chunk and
+    /// slower growth under load: `SpeechBatch::set_paced_schedule`; the pace carries from one
+    /// batch to the next). Default: on on CUDA (measured there, docs/benchmarks.md), off
     /// elsewhere (where a batch's audio then equals its requests' own, whatever the load).
-    pub fn with_pacing(mut self, pacing: Pacing) -> Self {
-        self.pacing = pacing;
+    pub fn with_paced_schedule(mut self, on: bool) -> Self {
+        self.paced_schedule = on;
         self
     }
 }
@@ -294,7 +290,7 @@ impl SpeechModel for PipelineModel {
                 batch: {
                     batch.set_chunks_per_call(self.chunks_per_call);
                     batch.set_horizon(self.horizon);
-                    batch.set_pacing(self.pacing);
+                    batch.set_paced_schedule(self.paced_schedule);
                     batch.set_pace(*self.pace.lock().unwrap_or_else(|e| e.into_inner()));
                     batch
                 },

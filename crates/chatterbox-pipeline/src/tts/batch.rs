@@ -23,7 +23,7 @@
 //! with `chunks_per_call` 1).
 
 use super::core::TtsCore;
-use super::schedule::{self, Due, HopPacer, Pace, Pacing, Playout};
+use super::schedule::{self, Due, Pace, Playout};
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
@@ -75,11 +75,8 @@ pub struct BatchTimings {
     pub vocoder_calls: u64,
     /// Chunks those calls made.
     pub vocoder_chunks: u64,
-    /// Sentences started on a paced schedule ([`SpeechBatch::set_pacing`]).
+    /// Sentences started on a paced schedule ([`SpeechBatch::set_paced_schedule`]).
     pub paced_sentences: u64,
-    /// Hops chosen shorter than planned when the chunk before them was made
-    /// ([`Pacing::EachChunk`]).
-    pub fitted_hops: u64,
 }
 
 struct Entry<'a> {
@@ -109,8 +106,9 @@ pub struct SpeechBatch<'a> {
     chunks_per_call: usize,
     /// How far ahead a chunk counts as urgent (see [`SpeechBatch::set_horizon`]).
     horizon: Option<Duration>,
-    /// How live streams' chunks fit the measured pace (see [`SpeechBatch::set_pacing`]).
-    pacing: Pacing,
+    /// Whether live sentences start on a paced schedule (see
+    /// [`SpeechBatch::set_paced_schedule`]).
+    paced: bool,
     /// The measured round and call times the paced schedules are planned on.
     pace: Pace,
     /// When the last round started (`None` after a round that left the batch empty).
@@ -141,7 +139,7 @@ impl<'a> SpeechBatch<'a> {
             timings: BatchTimings::default(),
             chunks_per_call: CHUNKS_PER_CALL,
             horizon: None,
-            pacing: Pacing::Off,
+            paced: false,
             pace: Pace::default(),
             last_round: None,
             parallel: chatterbox_cuda::ordered(core.t3.device()),
@@ -175,24 +173,20 @@ impl<'a> SpeechBatch<'a> {
         self.horizon = horizon;
     }
 
-    /// How live streams' chunks fit the batch's measured pace.
-    pub fn pacing(&self) -> Pacing {
-        self.pacing
+    /// Whether live sentences start on a paced schedule.
+    pub fn paced_schedule(&self) -> bool {
+        self.paced
     }
 
-    /// Sets [`pacing`](Self::pacing). [`Pacing::AtStart`]: a live stream's sentence that
-    /// starts in a batch whose measured pace cannot make its schedule's growing chunks in time
-    /// (each chunk made while the one before it plays) starts on hops it can: a longer first
-    /// chunk and slower growth (see [`super::schedule`]); its first audio comes later, the
-    /// chunks after it before its listener runs out, as far as the pace holds.
-    /// [`Pacing::EachChunk`]: also, each later hop is chosen when the chunk before it is made,
-    /// no longer than what the pace measured by then makes before the listener runs out
-    /// (and never shorter than the hop before it). Streams kept whole keep their schedule.
-    /// [`Pacing::Off`] by default: a stream's audio then depends only on its own inputs (paced,
-    /// also on the batch's pace as it ran: it equals the stream on its own with the hops it
-    /// was given).
-    pub fn set_pacing(&mut self, pacing: Pacing) {
-        self.pacing = pacing;
+    /// Sets [`paced_schedule`](Self::paced_schedule): a live stream's sentence that starts in
+    /// a batch whose measured pace cannot make its schedule's growing chunks in time (each
+    /// chunk made while the one before it plays) starts on hops it can: a longer first chunk
+    /// and slower growth (see [`super::schedule`]). Its first audio comes later; the chunks
+    /// after it come before its listener runs out, as far as the pace holds. Streams kept
+    /// whole keep their schedule. Off by default: a stream's audio then depends only on its
+    /// own inputs (paced, also on the batch's pace when each sentence started).
+    pub fn set_paced_schedule(&mut self, on: bool) {
+        self.paced = on;
     }
 
     /// The batch's measured pace, to hand to the next batch ([`SpeechBatch::set_pace`]).
@@ -340,7 +334,7 @@ impl<'a> SpeechBatch<'a> {
             }
             let r = match e.stream.pump() {
                 Ok(Step::NeedsSentence) => {
-                    if self.pacing != Pacing::Off {
+                    if self.paced {
                         let paced = plan(&self.pace, e);
                         self.timings.paced_sentences += u64::from(paced);
                     }
@@ -391,19 +385,6 @@ impl<'a> SpeechBatch<'a> {
         // flow call, and again until none is due. A stream is run again only when a call
         // has handed it something.
         let t2 = Instant::now();
-        let pacer = |e: &Entry<'_>| match (self.pacing, self.pace.round(), self.pace.chunk_calls())
-        {
-            (Pacing::EachChunk, Some(round), Some(calls)) if e.playout.live => Some(HopPacer {
-                round,
-                calls,
-                first_audio: e.playout.first_audio,
-            }),
-            _ => None,
-        };
-        let pacers: Vec<Option<HopPacer>> = self.streams.iter().map(pacer).collect();
-        for (e, p) in self.streams.iter_mut().zip(pacers) {
-            e.stream.set_pacer(p);
-        }
         let mut dirty = vec![true; self.streams.len()];
         let mut flows: Vec<(usize, FlowJob)> = Vec::new();
         let mut flow_calls = 0;
@@ -486,9 +467,6 @@ impl<'a> SpeechBatch<'a> {
             }
         }
         self.timings.audio += t2.elapsed();
-        for e in &mut self.streams {
-            self.timings.fitted_hops += e.stream.take_fitted_hops();
-        }
         let decoder = &mut self.decoder;
         self.streams.retain(|e| {
             let gone = failed.contains(&e.id) || e.stream.is_done();

@@ -11,7 +11,7 @@ pub use self::core::{
 };
 
 pub use self::batch::{BatchOutput, BatchTimings, SpeechBatch, StreamId, CHUNKS_PER_CALL};
-pub use self::schedule::{Pace, Pacing, FIRST_AUDIO_BUDGET};
+pub use self::schedule::{Pace, FIRST_AUDIO_BUDGET};
 pub use self::stream::{AudioChunk, SpeechStream, Truncation};
 
 pub(crate) use self::core::TtsCore;

@@ -20,32 +20,10 @@
 //! ([`paced_hops`]) a live sentence that starts in a batch gets hops that its measured pace
 //! ([`Pace`]: the mean round and a chunk's calls, carried from batch to batch) can
 //! make in time: a longer first chunk (its first audio later) and growth slowed to what the
-//! pace allows. Where the default keeps up, it is kept. A sentence planned before a crowd
-//! arrived would still outrun its listener; with [`Pacing::EachChunk`] each later hop is
-//! chosen again when the chunk before it is made ([`fitted_hop`]), from what its listener
-//! has left to play and the pace measured by then: never longer than planned, never shorter
-//! than the hop before it, so the flow calls stay few. (Cutting a chunk early when its
+//! pace allows. Where the default keeps up, it is kept. (Cutting a chunk early when its
 //! listener was about to run out, tried first, made four times the flow calls at 64 Turbo
 //! streams on an H200 and fell from 163x to 63x real time: docs/benchmarks.md.)
 use std::time::{Duration, Instant};
-
-/// How a [`SpeechBatch`](super::SpeechBatch) fits its live streams' chunks to its measured
-/// pace ([`SpeechBatch::set_pacing`](super::SpeechBatch::set_pacing), see the module docs).
-/// Streams kept whole always keep their schedule.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Pacing {
-    /// Every stream keeps the schedule it was added with: its audio depends on its own
-    /// inputs alone.
-    #[default]
-    Off,
-    /// A live sentence that starts in a batch too slow for its schedule's growth starts on a
-    /// paced schedule ([`paced_hops`]).
-    AtStart,
-    /// As [`Pacing::AtStart`], and each later hop of a live sentence is chosen when the chunk
-    /// before it is made ([`fitted_hop`]).
-    EachChunk,
-}
 
 /// How soon after joining a live stream's first chunk falls due.
 pub const FIRST_AUDIO_BUDGET: Duration = Duration::from_millis(150);
@@ -194,64 +172,6 @@ pub(crate) fn paced_hops(
     (!same).then_some(hops)
 }
 
-/// The hop of a live sentence's next chunk, chosen when the chunk before it (of `made`
-/// tokens) is made ([`Pacing::EachChunk`]): `planned` (its schedule's), unless its listener,
-/// who has `slack` of audio left, would run out first. At a mean round of `round` (a token
-/// each) and a chunk's calls taking `calls`, the chunk may take [`PACED_UTILISATION`] of the
-/// slack to make; `pending` tokens (its `look` look-ahead tokens among them) are drawn
-/// already. Never shorter than `made`: shorter chunks would mean more flow calls, each over
-/// the whole prompt, and a slower pace for every stream.
-pub(crate) fn fitted_hop(
-    planned: usize,
-    made: usize,
-    slack: Duration,
-    pending: usize,
-    look: usize,
-    round: Duration,
-    calls: Duration,
-) -> usize {
-    let r = round.as_secs_f64();
-    if r <= 0.0 {
-        return planned;
-    }
-    let rounds = ((slack.as_secs_f64() * PACED_UTILISATION - calls.as_secs_f64()) / r).floor();
-    let fits = (rounds + pending as f64 - look as f64).max(0.0) as usize;
-    planned.min(fits.max(made))
-}
-
-/// What a live stream in a batch that paces each chunk needs to choose its next hop when it
-/// makes a chunk ([`fitted_hop`]): the batch's measured pace and when the stream's first
-/// audio went out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HopPacer {
-    /// The mean round.
-    pub round: Duration,
-    /// A chunk's flow and HiFT calls.
-    pub calls: Duration,
-    /// When the stream's first audio went out (`None`: with the chunk just made).
-    pub first_audio: Option<Instant>,
-}
-
-impl HopPacer {
-    /// [`fitted_hop`] at `now` for a listener who has had `emitted` samples at `sample_rate`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn next_hop(
-        &self,
-        now: Instant,
-        planned: usize,
-        made: usize,
-        pending: usize,
-        look: usize,
-        emitted: usize,
-        sample_rate: u32,
-    ) -> usize {
-        let played_out = self.first_audio.unwrap_or(now)
-            + Duration::from_secs_f64(emitted as f64 / f64::from(sample_rate));
-        let slack = played_out.saturating_duration_since(now);
-        fitted_hop(planned, made, slack, pending, look, self.round, self.calls)
-    }
-}
-
 /// A chunk waiting for its flow call, as [`next_call`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Due {
@@ -355,67 +275,6 @@ mod tests {
         assert_eq!(paced_hops(&TURBO, ms_(32), ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&TURBO, Duration::ZERO, ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&[], ms_(16), ms_(50), ms_(40)), None);
-    }
-
-    #[test]
-    fn a_hop_fits_what_its_listener_has_left() {
-        // 64 Turbo streams: 16 ms rounds, 50 ms of calls; the first chunk of 10 tokens
-        // (400 ms) just went out and 3 look-ahead tokens are drawn: 320 ms usable, less the
-        // calls, is 16 rounds: the second chunk makes 16 tokens, not the planned 30
-        let fit = |slack, pending| fitted_hop(30, 10, ms_(slack), pending, 3, ms_(16), ms_(50));
-        assert_eq!(fit(400, 3), 16);
-        for (slack, pending) in [(400, 3), (400, 9), (250, 3), (900, 3)] {
-            let h = fit(slack, pending);
-            // made in time: its rounds and calls within the usable slack ...
-            let rounds = (h + 3).saturating_sub(pending) as f64;
-            assert!(
-                rounds * 16.0 + 50.0 <= slack as f64 * 0.8 || h == 10,
-                "{slack} {h}"
-            );
-            // ... and as long as that allows, up to the plan
-            let more = (h + 4).saturating_sub(pending) as f64;
-            assert!(
-                h == 30 || more * 16.0 + 50.0 > slack as f64 * 0.8,
-                "{slack} {h}"
-            );
-        }
-        // tokens drawn ahead count: 6 more drawn, 6 more tokens
-        assert_eq!(fit(400, 9), 22);
-        // a listener with plenty left gets the plan
-        assert_eq!(fit(900, 3), 30);
-        // one about to run out: never shorter than the hop before (more flow calls)
-        assert_eq!(fit(250, 3), 10);
-        assert_eq!(fit(0, 3), 10);
-        // nothing measured (no round): the plan
-        assert_eq!(
-            fitted_hop(30, 10, ms_(0), 3, 3, Duration::ZERO, ms_(50)),
-            30
-        );
-    }
-
-    #[test]
-    fn a_pacer_counts_the_slack_from_the_first_audio() {
-        let t0 = Instant::now();
-        let p = HopPacer {
-            round: ms_(16),
-            calls: ms_(50),
-            first_audio: Some(t0),
-        };
-        // 0.4 s sent from t0, now at t0: as above
-        assert_eq!(p.next_hop(t0, 30, 10, 3, 3, 9_600, 24_000), 16);
-        // 200 ms later the listener has 200 ms left: nothing fits, the hop before stays
-        assert_eq!(p.next_hop(t0 + ms_(200), 30, 10, 3, 3, 9_600, 24_000), 10);
-        // a first chunk going out now counts from now
-        let first = HopPacer {
-            first_audio: None,
-            ..p
-        };
-        assert_eq!(
-            first.next_hop(t0 + ms_(200), 30, 10, 3, 3, 9_600, 24_000),
-            16
-        );
-        // 1.2 s sent: 960 ms usable, 56 rounds, capped at the plan
-        assert_eq!(p.next_hop(t0, 120, 30, 3, 3, 28_800, 24_000), 56);
     }
 
     #[test]

@@ -17,10 +17,8 @@
 //! `chatterbox_pipeline::CHUNKS_PER_CALL`; 1: each stream's flow alone).
 //! `CHATTERBOX_SERVE_HORIZON_MS=H`: how far ahead of its listener a chunk counts as urgent
 //! (default 0: none, every chunk runs as soon as it is due, most urgent first).
-//! `CHATTERBOX_SERVE_PACING=off|start|chunk`: how streams' chunks fit the batch's pace
-//! (`PipelineModel::with_pacing`: `off` keeps the model's chunk schedule under load, `start`
-//! paces each sentence when it starts, `chunk` also fits each hop when the chunk before it is
-//! made; default: the server's, `chunk` on CUDA).
+//! `CHATTERBOX_SERVE_PACED=0`: streams keep the model's chunk schedule under load (default 1:
+//! the server's paced schedules, `PipelineModel::with_paced_schedule`).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -122,8 +120,8 @@ use anyhow::Context as _;
 use candle_core::Device;
 use capped::{Capped, Caps};
 use chatterbox_pipeline::{
-    perth_watermarker, ChatterboxTts, ChatterboxTurboTts, Pacing, VoiceClip, Watermarker,
-    CHUNKS_PER_CALL, S3GEN_SR, S3_SR,
+    perth_watermarker, ChatterboxTts, ChatterboxTurboTts, VoiceClip, Watermarker, CHUNKS_PER_CALL,
+    S3GEN_SR, S3_SR,
 };
 use chatterbox_server::{
     DeviceModels, ModelError, ModelId, PipelineModel, Server, ServerConfig, SpeechModel,
@@ -221,13 +219,6 @@ async fn bench_main() -> anyhow::Result<()> {
     let batching = chatterbox_pipeline::BatchOptions::default()
         .with_slots(env_usize("CHATTERBOX_SERVE_BATCH", 0))
         .with_positions(tokens.max(mem.tokens).max(longest) + 512);
-    let pacing = match std::env::var("CHATTERBOX_SERVE_PACING").as_deref() {
-        Err(_) => None,
-        Ok("off") => Some(Pacing::Off),
-        Ok("start") => Some(Pacing::AtStart),
-        Ok("chunk") => Some(Pacing::EachChunk),
-        Ok(v) => anyhow::bail!("CHATTERBOX_SERVE_PACING={v:?}: off, start or chunk"),
-    };
     let loader = |dev: Device| {
         let (dir, cap, batching) = (dir.clone(), cap.clone(), batching.clone());
         let watermark = watermark.clone();
@@ -264,11 +255,8 @@ async fn bench_main() -> anyhow::Result<()> {
                 .with_horizon(match env_usize("CHATTERBOX_SERVE_HORIZON_MS", 0) {
                     0 => None,
                     ms => Some(Duration::from_millis(ms as u64)),
-                });
-            let inner = match pacing {
-                Some(p) => inner.with_pacing(p),
-                None => inner,
-            };
+                })
+                .with_paced_schedule(env_usize("CHATTERBOX_SERVE_PACED", 1) != 0);
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };
