@@ -519,5 +519,108 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
     let (whole, t) = run(false);
     assert_eq!(t.paced_sentences, 0);
     assert_eq!(whole, solo(vec![4, 8]));
+    // a pace that keeps up, but a crowd expected to slow the rounds to 16 ms: the same paced
+    // schedule; none expected, or a quicker round expected: its own
+    let fast = Pace::assumed(
+        Duration::from_micros(1),
+        Duration::from_millis(40),
+        Duration::from_millis(10),
+    );
+    let expecting = |round: Option<Duration>| {
+        let mut batch = tts
+            .batch(
+                BatchOptions::default()
+                    .with_slots(1)
+                    .with_positions(256)
+                    .with_bucket(32),
+            )
+            .unwrap();
+        batch.set_chunks_per_call(1);
+        batch.set_paced_schedule(true);
+        batch.set_pace(fast);
+        batch.set_expected_round(round);
+        assert_eq!(batch.expected_round(), round);
+        batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
+        let mut chunks = Vec::new();
+        while !batch.is_empty() {
+            for (_, o) in batch.step() {
+                match o {
+                    BatchOutput::Chunk(c) => chunks.push(c),
+                    BatchOutput::Failed(e) => panic!("{e}"),
+                    _ => unreachable!(),
+                }
+            }
+        }
+        (chunks, batch.timings().paced_sentences)
+    };
+    assert_eq!(
+        expecting(Some(Duration::from_millis(16))),
+        (solo(vec![6, 8]), 1)
+    );
+    assert_eq!(expecting(None), (solo(vec![4, 8]), 0));
+    // a forecast past what any schedule keeps up with plans on the slowest that one does
+    // (28.8 ms: 90 % of the 32 ms usable): chunks of 8, its first as long as the second
+    assert_eq!(
+        expecting(Some(Duration::from_secs(1))),
+        (solo(vec![8, 8]), 1)
+    );
+    assert_eq!(
+        expecting(Some(Duration::from_micros(2))),
+        (solo(vec![4, 8]), 0)
+    );
+    // two live streams of one chunk per call: a chunk may wait for the other's call (2 x 50
+    // ms), so the second chunk of 8 tokens (128 + 100 ms) needs a first of 8 (256 ms usable)
+    let mut batch = tts
+        .batch(
+            BatchOptions::default()
+                .with_slots(2)
+                .with_positions(256)
+                .with_bucket(32),
+        )
+        .unwrap();
+    batch.set_chunks_per_call(1);
+    batch.set_paced_schedule(true);
+    batch.set_pace(slow);
+    let ids = [0, 1].map(|_| batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap());
+    let mut chunks = vec![Vec::new(), Vec::new()];
+    while !batch.is_empty() {
+        for (id, o) in batch.step() {
+            match o {
+                BatchOutput::Chunk(c) => chunks[ids.iter().position(|&i| i == id).unwrap()].push(c),
+                BatchOutput::Failed(e) => panic!("{e}"),
+                _ => unreachable!(),
+            }
+        }
+    }
+    assert_eq!(batch.timings().paced_sentences, 2);
+    let both = solo(vec![8, 8]);
+    assert_ne!(both, solo(vec![6, 8]));
+    assert_eq!(chunks, vec![both.clone(), both.clone()]);
+    // one stream, with a second expected (a server's queue): paced as if both were in
+    let mut batch = tts
+        .batch(
+            BatchOptions::default()
+                .with_slots(2)
+                .with_positions(256)
+                .with_bucket(32),
+        )
+        .unwrap();
+    batch.set_chunks_per_call(1);
+    batch.set_paced_schedule(true);
+    batch.set_pace(slow);
+    batch.set_expected_streams(2);
+    assert_eq!(batch.expected_streams(), 2);
+    batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
+    let mut one = Vec::new();
+    while !batch.is_empty() {
+        for (_, o) in batch.step() {
+            match o {
+                BatchOutput::Chunk(c) => one.push(c),
+                BatchOutput::Failed(e) => panic!("{e}"),
+                _ => unreachable!(),
+            }
+        }
+    }
+    assert_eq!(one, both);
     let _ = std::fs::remove_dir_all(&dir);
 }

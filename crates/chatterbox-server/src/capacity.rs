@@ -32,6 +32,12 @@ const DECAY: f64 = 0.98;
 /// each stream that joined has made its first chunk.
 pub(crate) const PROVEN_ROUNDS: usize = 25;
 
+/// The requests a batch will hold once `waiting` ones have joined the `seated` ones: up to
+/// `slots` in all (the rest wait for a later batch), or those seated where more.
+pub(crate) fn held(seated: usize, waiting: usize, slots: usize) -> usize {
+    (seated + waiting).min(slots.max(seated))
+}
+
 /// A batch's measured pace and the admissions it allows.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Capacity {
@@ -92,6 +98,22 @@ impl Capacity {
             proportional
         };
         Some(Duration::from_secs_f64(t.max(0.0)))
+    }
+
+    /// The mean round expected once `waiting` requests have joined the `seated` ones, up to
+    /// `slots` in all (what the streams starting now are paced for: a crowd still in the queue
+    /// slows the rounds they will see); `None` before any round or with nobody held.
+    pub(crate) fn expected_round(
+        &self,
+        seated: usize,
+        waiting: usize,
+        slots: usize,
+    ) -> Option<Duration> {
+        let held = held(seated, waiting, slots);
+        if held == 0 {
+            return None;
+        }
+        self.predict(held)
     }
 
     /// The longest mean round that keeps streams played at `speed` fed.
@@ -178,6 +200,25 @@ mod tests {
     fn a_model_too_slow_for_one_stream_still_serves_one_at_a_time() {
         let sizes = run(50.0, 10.0, 0.0, 0, 4, 100, 1.0);
         assert!(sizes.iter().all(|&n| n == 1), "{sizes:?}");
+    }
+
+    #[test]
+    fn a_crowd_in_the_queue_is_expected_to_slow_the_rounds() {
+        let mut c = Capacity::default();
+        assert_eq!(c.expected_round(4, 60, 64), None);
+        for n in [1, 2, 4, 8, 1, 2, 4, 8] {
+            c.observe(n, Duration::from_secs_f64((4.0 + 2.0 * n as f64) / 1e3));
+        }
+        let ms = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 1e3).round() as u64);
+        // 4 seated and 60 queued on 64 slots: the round of 64 (4 + 2 x 64 ms)
+        assert_eq!(ms(c.expected_round(4, 60, 64)), Some(132));
+        // the queue beyond the slots waits for a later batch
+        assert_eq!(ms(c.expected_round(4, 200, 64)), Some(132));
+        // nobody queued: the round of those seated
+        assert_eq!(ms(c.expected_round(5, 0, 64)), Some(14));
+        // more seated than slots (a batch that grew its slots): those seated
+        assert_eq!(ms(c.expected_round(10, 5, 8)), Some(24));
+        assert_eq!(c.expected_round(0, 0, 64), None);
     }
 
     #[test]

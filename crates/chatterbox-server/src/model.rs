@@ -191,6 +191,14 @@ pub trait RequestBatch {
         None
     }
 
+    /// Tells the batch the load the worker expects once the requests it holds (seated and
+    /// queued) are all in: that many `streams`, at a mean `round`. A batch that paces its
+    /// streams' chunks plans the streams it starts now on it
+    /// (`SpeechBatch::set_expected_round`, `set_expected_streams`). The default ignores it.
+    fn expect_load(&mut self, round: Option<std::time::Duration>, streams: usize) {
+        let _ = (round, streams);
+    }
+
     /// Analyses a reference clip and saves the voice to `path`, as
     /// [`SpeechModel::save_voice`] does, while the batch holds the model: the worker calls it
     /// between rounds, so a voice upload (or a voice's first use by this model) does not wait

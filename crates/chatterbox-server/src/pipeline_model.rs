@@ -188,6 +188,11 @@ impl RequestBatch for PipelineBatch<'_> {
         Some(self.batch.timings())
     }
 
+    fn expect_load(&mut self, round: Option<std::time::Duration>, streams: usize) {
+        self.batch.set_expected_round(round);
+        self.batch.set_expected_streams(streams);
+    }
+
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
         // the analysis reads the model the batch borrows and leaves its voice alone
         Some(analyse(self.model, audio, path))

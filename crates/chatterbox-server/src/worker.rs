@@ -8,7 +8,9 @@
 //! measured pace says every seated stream keeps ahead of its listener ([`Capacity`]; a job
 //! that does not fit waits at the head of the queue), stepping all of them together, until
 //! the batch and the queue are empty. Each request tells the batch whether it is played as it
-//! arrives ([`RequestBatch::set_live`]), for the order of its audio work. A voice
+//! arrives ([`RequestBatch::set_live`]), for the order of its audio work, and the round the
+//! requests it holds (seated and queued) are expected to bring ([`RequestBatch::expect_load`]:
+//! their number and [`Capacity`]'s round for it), which the streams it starts are paced for. A voice
 //! job taken meanwhile is analysed between two rounds by the batch
 //! ([`RequestBatch::save_voice`]), and admissions go on; only a batch that cannot analyse
 //! makes it wait until the running requests are done (the batch borrows the model). Other
@@ -577,6 +579,14 @@ fn serve_batch(
         // ended or whose client left are settled after the round.
         let mut ended: Vec<(u64, bool)> = Vec::new();
         let seated = running.len();
+        // The round the requests held now will bring once all are seated (a crowd still in
+        // the queue included): streams that start now are paced for it, not for the quieter
+        // rounds before it.
+        let waiting = usize::from(pending.is_some()) + rx.len();
+        batch.expect_load(
+            capacity.expected_round(seated, waiting, model.slots()),
+            crate::capacity::held(seated, waiting, model.slots()),
+        );
         let round = Instant::now();
         batch.step(&mut |rid, item| {
             let Some(r) = running.get_mut(&rid) else {

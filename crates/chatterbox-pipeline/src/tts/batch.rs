@@ -111,6 +111,11 @@ pub struct SpeechBatch<'a> {
     paced: bool,
     /// The measured round and call times the paced schedules are planned on.
     pace: Pace,
+    /// The round expected once the requests the caller holds are seated (see
+    /// [`SpeechBatch::set_expected_round`]).
+    expected_round: Option<Duration>,
+    /// The streams the caller expects to hold soon (see [`SpeechBatch::set_expected_streams`]).
+    expected_streams: usize,
     /// When the last round started (`None` after a round that left the batch empty).
     last_round: Option<Instant>,
     /// Whether the streams' host work may run on rayon's threads (see the module docs).
@@ -141,6 +146,8 @@ impl<'a> SpeechBatch<'a> {
             horizon: None,
             paced: false,
             pace: Pace::default(),
+            expected_round: None,
+            expected_streams: 0,
             last_round: None,
             parallel: chatterbox_cuda::ordered(core.t3.device()),
         })
@@ -197,6 +204,36 @@ impl<'a> SpeechBatch<'a> {
     /// Starts from `pace` (an earlier batch's) instead of nothing measured.
     pub fn set_pace(&mut self, pace: Pace) {
         self.pace = pace;
+    }
+
+    /// The round the caller expects once the requests it holds have joined (say, a server
+    /// with a crowd in its queue, from its rounds' times against their sizes); see
+    /// [`SpeechBatch::set_expected_round`].
+    pub fn expected_round(&self) -> Option<Duration> {
+        self.expected_round
+    }
+
+    /// Sets [`expected_round`](Self::expected_round): with a paced schedule, a live sentence
+    /// that starts while it is longer than the measured mean round plans on it instead. A
+    /// crowd arriving together is then paced for the rounds it brings, not the quieter ones
+    /// before it (whose pace its first streams would otherwise outrun). `None` (the default):
+    /// the measured pace alone.
+    pub fn set_expected_round(&mut self, round: Option<Duration>) {
+        self.expected_round = round;
+    }
+
+    /// The live streams the caller expects the batch to hold soon; see
+    /// [`SpeechBatch::set_expected_streams`].
+    pub fn expected_streams(&self) -> usize {
+        self.expected_streams
+    }
+
+    /// Sets [`expected_streams`](Self::expected_streams) (say, a server's seated and queued
+    /// requests): a paced schedule allows each chunk to wait for the flow calls of as many
+    /// chunks as the batch holds live streams, or this many where more, since streams that
+    /// start together fall due together. 0 (the default): those in the batch.
+    pub fn set_expected_streams(&mut self, streams: usize) {
+        self.expected_streams = streams;
     }
 
     /// Marks stream `id` as kept whole (`live` false: its audio is not played as it arrives,
@@ -324,6 +361,11 @@ impl<'a> SpeechBatch<'a> {
         // Admissions, first come first served: every stream that needs its next sentence
         // queues it while slots are free, then one prefill call admits as many as its budget
         // holds (the rest next round, so running streams wait one call per round).
+        // Streams that start together fall due together: a chunk may wait for the calls of
+        // every live stream's chunk before its own, which a paced schedule allows for.
+        let live = self.streams.iter().filter(|e| e.playout.live).count();
+        let live = live.max(self.expected_streams);
+        let queued_calls = live.div_ceil(self.chunks_per_call).max(1) as u32;
         for i in 0..self.streams.len() {
             if !self.decoder.has_room() {
                 break;
@@ -335,7 +377,7 @@ impl<'a> SpeechBatch<'a> {
             let r = match e.stream.pump() {
                 Ok(Step::NeedsSentence) => {
                     if self.paced {
-                        let paced = plan(&self.pace, e);
+                        let paced = plan(&self.pace, self.expected_round, queued_calls, e);
                         self.timings.paced_sentences += u64::from(paced);
                     }
                     e.stream.start_sentence(Some(&mut self.decoder))
@@ -637,9 +679,24 @@ impl<'a> SpeechBatch<'a> {
 }
 
 /// Gives the sentence that `e` starts next a paced schedule where its stream is live and the
-/// batch's pace needs one, its own schedule otherwise; returns whether it is paced.
-fn plan(pace: &Pace, e: &mut Entry<'_>) -> bool {
-    let hops = match (e.playout.live, pace.round(), pace.chunk_calls()) {
+/// batch's pace (its mean round, or the `expected` one where longer; a chunk's calls, times
+/// `queued_calls`: the calls the chunks of every live stream take when they fall due
+/// together) needs one, its own schedule otherwise; returns whether it is paced.
+fn plan(pace: &Pace, expected: Option<Duration>, queued_calls: u32, e: &mut Entry<'_>) -> bool {
+    // An expected round is a forecast: one at or past what any schedule keeps up with (often
+    // a line through small batches, extrapolated) plans on the slowest round that one does,
+    // which starts the stream on its longest first chunk instead of the model's short one.
+    let ceiling = e
+        .stream
+        .token_audio()
+        .mul_f64(schedule::PACED_UTILISATION * 0.9);
+    let expected = expected.map(|x| x.min(ceiling));
+    let round = match (pace.round(), expected) {
+        (Some(r), Some(x)) => Some(r.max(x)),
+        (r, x) => r.or(x),
+    };
+    let calls = pace.chunk_calls().map(|c| c * queued_calls);
+    let hops = match (e.playout.live, round, calls) {
         (true, Some(round), Some(calls)) => {
             schedule::paced_hops(&e.schedule.hops, round, calls, e.stream.token_audio())
         }

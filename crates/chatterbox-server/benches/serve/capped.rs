@@ -133,6 +133,13 @@ impl RequestBatch for CappedBatch<'_> {
     fn timings(&self) -> Option<chatterbox_pipeline::BatchTimings> {
         self.inner.timings()
     }
+    fn expect_load(&mut self, round: Option<std::time::Duration>, streams: usize) {
+        // `CHATTERBOX_SERVE_EXPECT=0`: the batch plans on its measured pace alone
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*OFF.get_or_init(|| std::env::var("CHATTERBOX_SERVE_EXPECT").is_ok_and(|v| v == "0")) {
+            self.inner.expect_load(round, streams);
+        }
+    }
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
         self.inner.save_voice(audio, path)
     }
