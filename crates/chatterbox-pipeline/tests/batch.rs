@@ -9,7 +9,7 @@ mod fuzz_support;
 use chatterbox_pipeline::{
     vocode_batch, Audio, AudioChunk, BatchOptions, BatchOutput, ChatterboxConfig, ChatterboxTts,
     ChatterboxTurboTts, Conditionals, DType, Device, GenerateOptions, Pace, PipelineError,
-    S3GenOptions, SeededDraws, StreamSchedule, StreamingSynth, VocodeJob,
+    S3GenOptions, SeededDraws, SpeechBatch, StreamId, StreamSchedule, StreamingSynth, VocodeJob,
 };
 use fuzz_support::{checkpoint_dir, fixture_config, ref_clip};
 use std::collections::HashMap;
@@ -451,6 +451,26 @@ fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `batch` to the end: each stream's chunks, in the order the streams were added.
+fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
+    let mut chunks: Vec<(StreamId, Vec<AudioChunk>)> = Vec::new();
+    while !batch.is_empty() {
+        for (id, o) in batch.step() {
+            let c = match o {
+                BatchOutput::Chunk(c) => c,
+                BatchOutput::Failed(e) => panic!("{e}"),
+                _ => unreachable!(),
+            };
+            match chunks.iter_mut().find(|(i, _)| *i == id) {
+                Some((_, cs)) => cs.push(c),
+                None => chunks.push((id, vec![c])),
+            }
+        }
+    }
+    chunks.sort_by_key(|(id, _)| *id);
+    chunks.into_iter().map(|(_, cs)| cs).collect()
+}
+
 #[test]
 fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
     let dir = checkpoint_dir("turbo", "batch-paced");
@@ -476,11 +496,19 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
         Duration::from_millis(40),
         Duration::from_millis(10),
     );
-    let run = |live: bool| {
+    // a pace that keeps up
+    let fast = Pace::assumed(
+        Duration::from_micros(1),
+        Duration::from_millis(40),
+        Duration::from_millis(10),
+    );
+    // `streams` live streams (`live` false: one kept whole) on `pace`, expecting `round` and
+    // `expected` streams: each stream's chunks and the sentences paced
+    let run = |streams: usize, live: bool, pace: Pace, round: Option<Duration>, expected: usize| {
         let mut batch = tts
             .batch(
                 BatchOptions::default()
-                    .with_slots(1)
+                    .with_slots(streams)
                     .with_positions(256)
                     .with_bucket(32),
             )
@@ -488,21 +516,18 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
         batch.set_chunks_per_call(1);
         batch.set_paced_schedule(true);
         assert!(batch.paced_schedule());
-        batch.set_pace(slow);
-        assert_eq!(batch.pace(), slow);
-        let id = batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
-        assert!(batch.set_live(id, live));
-        let mut chunks = Vec::new();
-        while !batch.is_empty() {
-            for (_, o) in batch.step() {
-                match o {
-                    BatchOutput::Chunk(c) => chunks.push(c),
-                    BatchOutput::Failed(e) => panic!("{e}"),
-                    _ => unreachable!(),
-                }
-            }
+        batch.set_pace(pace);
+        assert_eq!(batch.pace(), pace);
+        batch.set_expected_round(round);
+        assert_eq!(batch.expected_round(), round);
+        batch.set_expected_streams(expected);
+        assert_eq!(batch.expected_streams(), expected);
+        for _ in 0..streams {
+            let id = batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
+            assert!(batch.set_live(id, live));
         }
-        (chunks, batch.timings())
+        let chunks = chunks_of(&mut batch);
+        (chunks, batch.timings().paced_sentences)
     };
     let solo = |hops: Vec<usize>| {
         tts.stream(text, &opts_with(hops))
@@ -510,117 +535,33 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
             .map(|c| c.unwrap())
             .collect::<Vec<_>>()
     };
-    // live: exactly the stream on the paced schedule
-    let (live, t) = run(true);
-    assert_eq!(t.paced_sentences, 1);
-    assert_eq!(live, solo(vec![6, 8]));
-    assert_ne!(live, solo(vec![4, 8]));
-    // kept whole: its own schedule
-    let (whole, t) = run(false);
-    assert_eq!(t.paced_sentences, 0);
-    assert_eq!(whole, solo(vec![4, 8]));
+    let own = solo(vec![4, 8]);
+    let paced = solo(vec![6, 8]);
+    assert_ne!(paced, own);
+    // live: exactly the stream on the paced schedule; kept whole: its own schedule
+    assert_eq!(run(1, true, slow, None, 0), (vec![paced.clone()], 1));
+    assert_eq!(run(1, false, slow, None, 0), (vec![own.clone()], 0));
     // a pace that keeps up, but a crowd expected to slow the rounds to 16 ms: the same paced
     // schedule; none expected, or a quicker round expected: its own
-    let fast = Pace::assumed(
-        Duration::from_micros(1),
-        Duration::from_millis(40),
-        Duration::from_millis(10),
-    );
-    let expecting = |round: Option<Duration>| {
-        let mut batch = tts
-            .batch(
-                BatchOptions::default()
-                    .with_slots(1)
-                    .with_positions(256)
-                    .with_bucket(32),
-            )
-            .unwrap();
-        batch.set_chunks_per_call(1);
-        batch.set_paced_schedule(true);
-        batch.set_pace(fast);
-        batch.set_expected_round(round);
-        assert_eq!(batch.expected_round(), round);
-        batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
-        let mut chunks = Vec::new();
-        while !batch.is_empty() {
-            for (_, o) in batch.step() {
-                match o {
-                    BatchOutput::Chunk(c) => chunks.push(c),
-                    BatchOutput::Failed(e) => panic!("{e}"),
-                    _ => unreachable!(),
-                }
-            }
-        }
-        (chunks, batch.timings().paced_sentences)
-    };
-    assert_eq!(
-        expecting(Some(Duration::from_millis(16))),
-        (solo(vec![6, 8]), 1)
-    );
-    assert_eq!(expecting(None), (solo(vec![4, 8]), 0));
+    let ms = Duration::from_millis;
+    assert_eq!(run(1, true, fast, Some(ms(16)), 0), (vec![paced], 1));
+    assert_eq!(run(1, true, fast, None, 0), (vec![own.clone()], 0));
+    let quick = Some(Duration::from_micros(2));
+    assert_eq!(run(1, true, fast, quick, 0), (vec![own], 0));
     // a forecast past what any schedule keeps up with plans on the slowest that one does
     // (28.8 ms: 90 % of the 32 ms usable): chunks of 8, its first as long as the second
+    let eights = solo(vec![8, 8]);
     assert_eq!(
-        expecting(Some(Duration::from_secs(1))),
-        (solo(vec![8, 8]), 1)
-    );
-    assert_eq!(
-        expecting(Some(Duration::from_micros(2))),
-        (solo(vec![4, 8]), 0)
+        run(1, true, fast, Some(ms(1000)), 0),
+        (vec![eights.clone()], 1)
     );
     // two live streams of one chunk per call: a chunk may wait for the other's call (2 x 50
-    // ms), so the second chunk of 8 tokens (128 + 100 ms) needs a first of 8 (256 ms usable)
-    let mut batch = tts
-        .batch(
-            BatchOptions::default()
-                .with_slots(2)
-                .with_positions(256)
-                .with_bucket(32),
-        )
-        .unwrap();
-    batch.set_chunks_per_call(1);
-    batch.set_paced_schedule(true);
-    batch.set_pace(slow);
-    let ids = [0, 1].map(|_| batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap());
-    let mut chunks = vec![Vec::new(), Vec::new()];
-    while !batch.is_empty() {
-        for (id, o) in batch.step() {
-            match o {
-                BatchOutput::Chunk(c) => chunks[ids.iter().position(|&i| i == id).unwrap()].push(c),
-                BatchOutput::Failed(e) => panic!("{e}"),
-                _ => unreachable!(),
-            }
-        }
-    }
-    assert_eq!(batch.timings().paced_sentences, 2);
-    let both = solo(vec![8, 8]);
-    assert_ne!(both, solo(vec![6, 8]));
-    assert_eq!(chunks, vec![both.clone(), both.clone()]);
-    // one stream, with a second expected (a server's queue): paced as if both were in
-    let mut batch = tts
-        .batch(
-            BatchOptions::default()
-                .with_slots(2)
-                .with_positions(256)
-                .with_bucket(32),
-        )
-        .unwrap();
-    batch.set_chunks_per_call(1);
-    batch.set_paced_schedule(true);
-    batch.set_pace(slow);
-    batch.set_expected_streams(2);
-    assert_eq!(batch.expected_streams(), 2);
-    batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
-    let mut one = Vec::new();
-    while !batch.is_empty() {
-        for (_, o) in batch.step() {
-            match o {
-                BatchOutput::Chunk(c) => one.push(c),
-                BatchOutput::Failed(e) => panic!("{e}"),
-                _ => unreachable!(),
-            }
-        }
-    }
-    assert_eq!(one, both);
+    // ms), so the second chunk of 8 tokens (128 + 100 ms) needs a first of 8 (256 ms usable);
+    // one stream with a second expected (a server's queue) is paced as if both were in
+    assert_eq!(
+        run(2, true, slow, None, 0),
+        (vec![eights.clone(), eights.clone()], 2)
+    );
+    assert_eq!(run(1, true, slow, None, 2), (vec![eights], 1));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -683,13 +683,11 @@ impl<'a> SpeechBatch<'a> {
 /// `queued_calls`: the calls the chunks of every live stream take when they fall due
 /// together) needs one, its own schedule otherwise; returns whether it is paced.
 fn plan(pace: &Pace, expected: Option<Duration>, queued_calls: u32, e: &mut Entry<'_>) -> bool {
-    // An expected round is a forecast: one at or past what any schedule keeps up with (often
-    // a line through small batches, extrapolated) plans on the slowest round that one does,
-    // which starts the stream on its longest first chunk instead of the model's short one.
+    // an expected round is a forecast, capped where schedules still keep up
     let ceiling = e
         .stream
         .token_audio()
-        .mul_f64(schedule::PACED_UTILISATION * 0.9);
+        .mul_f64(schedule::PACED_UTILISATION * schedule::FORECAST_CEILING);
     let expected = expected.map(|x| x.min(ceiling));
     let round = match (pace.round(), expected) {
         (Some(r), Some(x)) => Some(r.max(x)),
