@@ -555,6 +555,9 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
         run(1, true, fast, Some(ms(1000)), 0),
         (vec![eights.clone()], 1)
     );
+    // and so does a measured round past it, with no forecast
+    let slowest = Pace::assumed(ms(1000), ms(40), ms(10));
+    assert_eq!(run(1, true, slowest, None, 0), (vec![eights.clone()], 1));
     // two live streams of one chunk per call: a chunk may wait for the other's call (2 x 50
     // ms), so the second chunk of 8 tokens (128 + 100 ms) needs a first of 8 (256 ms usable);
     // one stream with a second expected (a server's queue) is paced as if both were in

@@ -679,20 +679,23 @@ impl<'a> SpeechBatch<'a> {
 }
 
 /// Gives the sentence that `e` starts next a paced schedule where its stream is live and the
-/// batch's pace (its mean round, or the `expected` one where longer; a chunk's calls, times
-/// `queued_calls`: the calls the chunks of every live stream take when they fall due
-/// together) needs one, its own schedule otherwise; returns whether it is paced.
+/// batch's pace (its mean round, or the `expected` one where longer, capped where schedules
+/// still keep up; a chunk's calls, times `queued_calls`: the calls the chunks of every live
+/// stream take when they fall due together) needs one, its own schedule otherwise; returns
+/// whether it is paced.
 fn plan(pace: &Pace, expected: Option<Duration>, queued_calls: u32, e: &mut Entry<'_>) -> bool {
-    // an expected round is a forecast, capped where schedules still keep up
+    // a round at or past what any schedule keeps up with (a forecast, or a mean just after a
+    // long flow call) plans on the slowest one that does: the stream's longest first chunk,
+    // never the model's short one
     let ceiling = e
         .stream
         .token_audio()
         .mul_f64(schedule::PACED_UTILISATION * schedule::FORECAST_CEILING);
-    let expected = expected.map(|x| x.min(ceiling));
     let round = match (pace.round(), expected) {
         (Some(r), Some(x)) => Some(r.max(x)),
         (r, x) => r.or(x),
-    };
+    }
+    .map(|r| r.min(ceiling));
     let calls = pace.chunk_calls().map(|c| c * queued_calls);
     let hops = match (e.playout.live, round, calls) {
         (true, Some(round), Some(calls)) => {

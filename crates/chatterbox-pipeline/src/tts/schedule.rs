@@ -72,12 +72,12 @@ const PACE_WEIGHT: f64 = 0.2;
 /// absorbs rounds slower than the mean.
 pub(crate) const PACED_UTILISATION: f64 = 0.8;
 
-/// The longest expected round a paced schedule is planned on, as a share of the usable audio of
-/// a token ([`PACED_UTILISATION`] of it): a forecast round at or past that (often a line
-/// through smaller batches, extrapolated) plans on this one, which still keeps up, and so starts
-/// a stream on its longest first chunk rather than the model's short one. (On an H200, 64
-/// Turbo streams arriving together, forecasts past it had left them on the model's schedule:
-/// all 64 ran dry.)
+/// The longest round a paced schedule is planned on, as a share of the usable audio of a token
+/// ([`PACED_UTILISATION`] of it): a forecast or measured round at or past that plans on this
+/// one, which still keeps up, and so starts a stream on its longest first chunk rather than the
+/// model's short one. (On an H200, 64 Turbo streams arriving together, forecasts past it had
+/// left them on the model's schedule: all 64 ran dry; English's mean round, just after one of
+/// its flow calls of 100-150 ms, passes it too.)
 pub(crate) const FORECAST_CEILING: f64 = 0.9;
 
 /// Most hops a paced schedule lists (its last repeats).
