@@ -4,9 +4,9 @@
 //!
 //! A model that batches ([`SpeechModel::batch`]) is served differently: its first speech job
 //! opens a batch, and the worker keeps adding that model's queued speech jobs while the batch
-//! has room and, with [`ServerConfig::capacity_admission`](crate::ServerConfig), while its
-//! measured pace says every seated stream keeps ahead of its listener ([`Capacity`]; a job
-//! that does not fit waits at the head of the queue), stepping all of them together, until
+//! has room and, with [`ServerConfig::capacity_admission`](crate::ServerConfig) (the default),
+//! while its measured costs say every seated stream keeps ahead of its listener ([`Capacity`];
+//! a job that does not fit waits at the head of the queue), stepping all of them together, until
 //! the batch and the queue are empty. Each request tells the batch whether it is played as it
 //! arrives ([`RequestBatch::set_live`]), for the order of its audio work, and the round the
 //! requests it holds (seated and queued) are expected to bring ([`RequestBatch::expect_load`]:
@@ -167,7 +167,7 @@ pub(crate) fn run(index: usize, label: &str, loader: Loader, shared: &Shared) {
     tracing::info!(device = label, models = ?names, secs = t0.elapsed().as_secs_f32(), "worker ready");
 
     let ids: Vec<ModelId> = by_id.keys().copied().collect();
-    // each batched model's measured pace, kept from one batch to the next
+    // each batched model's measured costs, kept from one batch to the next
     let mut capacity: BTreeMap<ModelId, Capacity> = BTreeMap::new();
     while !health.failed() {
         let mut sel = Select::new();
@@ -584,10 +584,12 @@ fn serve_batch(
         // rounds before it.
         let waiting = usize::from(pending.is_some()) + rx.len();
         batch.expect_load(
-            capacity.expected_round(seated, waiting, model.slots()),
+            capacity.expected_round(seated, waiting, model.slots(), shared.by_capacity),
             crate::capacity::held(seated, waiting, model.slots()),
         );
         let round = Instant::now();
+        let work_before = batch.timings().map(|t| t.audio);
+        let mut made = 0usize;
         batch.step(&mut |rid, item| {
             let Some(r) = running.get_mut(&rid) else {
                 return;
@@ -598,6 +600,7 @@ fn serve_batch(
             {
                 r.samples += samples.len();
                 r.truncated |= *truncated;
+                made += samples.len();
             }
             let r = &*r;
             let Some(s) = r.speech() else { return };
@@ -633,7 +636,18 @@ fn serve_batch(
                 }
             }
         });
-        capacity.observe(seated, round.elapsed());
+        // the round's flow and HiFT work (a batch that does not say counts it all as the
+        // round's own part)
+        let audio_work = match (work_before, batch.timings()) {
+            (Some(before), Some(after)) => after.audio.saturating_sub(before),
+            _ => Duration::ZERO,
+        };
+        capacity.observe(
+            seated,
+            round.elapsed(),
+            audio_work,
+            Duration::from_secs_f64(made as f64 / f64::from(crate::model::SAMPLE_RATE)),
+        );
         for (rid, cancel) in ended {
             if cancel {
                 batch.cancel(rid);

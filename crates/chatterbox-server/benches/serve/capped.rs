@@ -134,10 +134,18 @@ impl RequestBatch for CappedBatch<'_> {
         self.inner.timings()
     }
     fn expect_load(&mut self, round: Option<std::time::Duration>, streams: usize) {
-        // `CHATTERBOX_SERVE_EXPECT=0`: the batch plans on its measured pace alone
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*OFF.get_or_init(|| std::env::var("CHATTERBOX_SERVE_EXPECT").is_ok_and(|v| v == "0")) {
-            self.inner.expect_load(round, streams);
+        // `CHATTERBOX_SERVE_EXPECT=0`: the batch plans on its measured pace alone; another
+        // number scales the forecast round (an experiment's knob)
+        static SCALE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        let scale = *SCALE.get_or_init(|| {
+            std::env::var("CHATTERBOX_SERVE_EXPECT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0)
+        });
+        if scale > 0.0 {
+            self.inner
+                .expect_load(round.map(|r| r.mul_f64(scale)), streams);
         }
     }
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
