@@ -656,12 +656,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1, env = "CHATTERBOX_RETRY_AFTER",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub retry_after: u64,
-    /// How a batching model seats requests: `slots` (whenever the batch has a free slot:
-    /// under load every stream slows down together) or `capacity` (experimental: while its
-    /// measured pace says every seated stream keeps ahead of its listener; a request that does
-    /// not fit waits in the queue; its slow start still lets early streams run dry, see
+    /// How a batching model seats requests: `capacity` (while its measured costs say every
+    /// seated stream keeps ahead of its listener; a request that does not fit waits in the
+    /// queue, and beyond the queue gets 429) or `slots` (whenever the batch has a free slot:
+    /// under load every stream slows down together and playback stalls; more throughput, see
     /// docs/benchmarks.md).
-    #[arg(long, value_name = "POLICY", default_value = "slots",
+    #[arg(long, value_name = "POLICY", default_value = "capacity",
           value_parser = ["capacity", "slots"])]
     pub admission: String,
     /// Requests each model speaks at once per device (continuous batching: one batched T3

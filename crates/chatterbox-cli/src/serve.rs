@@ -511,7 +511,7 @@ mod tests {
             "--retry-after",
             "3",
             "--admission",
-            "capacity",
+            "slots",
         ])?;
         let c = config(&a, &planned)?;
         assert_eq!(c.header_timeout, Duration::from_secs(5));
@@ -521,7 +521,7 @@ mod tests {
         assert_eq!(c.max_connections, 9);
         assert_eq!((c.max_json_bytes, c.max_upload_bytes), (1000, 2000));
         assert_eq!(c.retry_after_secs, 3);
-        assert!(c.capacity_admission);
+        assert!(!c.capacity_admission);
         let d = config(&serve_args(&[])?, &planned)?;
         let lib = ServerConfig::default();
         assert_eq!(
@@ -551,6 +551,10 @@ mod tests {
         );
         assert!(serve_args(&["--max-connections", "0"]).is_err());
         assert!(serve_args(&["--retry-after", "0"]).is_err());
+        assert!(
+            d.capacity_admission,
+            "seated by capacity unless told otherwise"
+        );
         assert!(serve_args(&["--admission", "fifo"]).is_err());
         Ok(())
     }

@@ -75,11 +75,11 @@ pub struct ServerConfig {
     /// Pronunciation lexicons a request names in its `lexicon` field (name → lexicon; see
     /// `chatterbox_text::Lexicon`). Default: none.
     pub lexicons: BTreeMap<String, std::sync::Arc<chatterbox_pipeline::Lexicon>>,
-    /// Whether a batched model seats a request only while its measured pace says every
+    /// Whether a batched model seats a request only while its measured costs say every
     /// seated stream keeps ahead of its listener (issue 43, see `capacity.rs`); a request that
-    /// does not fit waits in the queue. `false` (the default): seated whenever the batch has a
-    /// free slot. Not the default yet: on an H200 its slow start made Turbo's streams at 16
-    /// clients run dry (24 of 64) where seating by slot gives none (docs/benchmarks.md).
+    /// does not fit waits in the queue (and beyond it gets 429). `true` (the default); `false`
+    /// seats a request whenever the batch has a free slot: more throughput, and under load
+    /// every stream stalls (docs/benchmarks.md).
     pub capacity_admission: bool,
 }
 
@@ -103,7 +103,7 @@ impl Default for ServerConfig {
             voice_aliases: BTreeMap::new(),
             retry_after_secs: 1,
             lexicons: BTreeMap::new(),
-            capacity_admission: false,
+            capacity_admission: true,
         }
     }
 }

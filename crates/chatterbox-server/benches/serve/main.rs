@@ -52,8 +52,12 @@
 //! `worst_margin` (ms). Then `max_clients_without_underrun`: the largest `N` with no underrun and no error (0: none).
 //!
 //! `CHATTERBOX_SERVE_CLIENTS=none` skips the load levels (e.g. for the open loop alone).
-//! `CHATTERBOX_SERVE_ADMISSION` = `slots` (default, the server's: seated while the batch has a
-//! free slot) | `capacity` (seated by measured pace).
+//! `CHATTERBOX_SERVE_ADMISSION` = `capacity` (default, the server's: seated while the measured
+//! costs keep every stream ahead of its listener) | `slots` (seated while the batch has a free
+//! slot).
+//! `CHATTERBOX_SERVE_EXPECT=0`: streams are paced on the batch's measured pace alone, not the
+//! round forecast for the load the server holds; another number scales that forecast (1.3:
+//! plan on rounds 30 % slower than forecast).
 //! `CHATTERBOX_SERVE_QUEUE=Q`: the server's queue capacity (default: the largest of the
 //! levels' and the memory phase's clients, plus 8); beyond it a request gets 429.
 //!
@@ -265,8 +269,8 @@ async fn bench_main() -> anyhow::Result<()> {
     let levels_queue = clients.iter().copied().chain([mem.clients]).max();
     config.queue_capacity = env_usize("CHATTERBOX_SERVE_QUEUE", levels_queue.unwrap_or(8) + 8);
     config.capacity_admission = match std::env::var("CHATTERBOX_SERVE_ADMISSION").as_deref() {
-        Ok("slots") | Err(_) => false,
-        Ok("capacity") => true,
+        Ok("slots") => false,
+        Ok("capacity") | Err(_) => true,
         Ok(v) => anyhow::bail!("CHATTERBOX_SERVE_ADMISSION={v:?}: capacity or slots"),
     };
     // A slow device must not turn a deep queue into 504s: the bench measures, not times out.
