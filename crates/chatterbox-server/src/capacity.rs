@@ -132,14 +132,25 @@ impl Capacity {
     ) -> Option<Duration> {
         let mut held = held(seated, waiting, slots);
         if by_capacity {
-            while held > seated.max(1) && !self.admits(held - 1, 1.0) {
-                held -= 1;
-            }
+            held = held.min(self.streams(held)?.max(seated).max(1));
         }
         if held == 0 {
             return None;
         }
         self.predict(held)
+    }
+
+    /// The most live streams at speed 1, up to `limit`, whose forecast round stays within the
+    /// budget: what admission by capacity seats (0 for a model too slow to keep even one fed,
+    /// which it still serves one at a time); `None` before any round that made audio.
+    pub(crate) fn streams(&self, limit: usize) -> Option<usize> {
+        let budget = Self::budget(1.0);
+        self.predict(1)?;
+        Some(
+            (1..=limit)
+                .take_while(|&n| self.predict(n).is_some_and(|t| t <= budget))
+                .count(),
+        )
     }
 
     /// Whether one more request may join a batch of `seated` requests when its fastest stream
@@ -236,6 +247,9 @@ mod tests {
     fn a_model_too_slow_for_one_stream_still_serves_one_at_a_time() {
         let sizes = run(50.0, 10.0, 0.0, 1, 4, 100, 1.0);
         assert!(sizes.iter().all(|&n| n == 1), "{sizes:?}");
+        let mut c = Capacity::default();
+        c.observe(1, ms(60.0), Duration::ZERO, ms(40.0));
+        assert_eq!(c.streams(4), Some(0), "not even one stream is kept fed");
     }
 
     #[test]
@@ -289,6 +303,10 @@ mod tests {
         assert_eq!(at(c.expected_round(10, 5, 8, false)), Some(24));
         assert_eq!(at(c.expected_round(16, 5, 64, true)), Some(36));
         assert_eq!(c.expected_round(0, 0, 64, false), None);
+        // the streams it keeps fed: 10 (24 ms), fewer where the slots are fewer
+        assert_eq!(c.streams(64), Some(10));
+        assert_eq!(c.streams(6), Some(6));
+        assert_eq!(Capacity::default().streams(64), None);
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub(crate) struct Shared {
     pub(crate) panics: AtomicU64,
     /// Whether batches seat requests by measured capacity (else while they have room).
     pub(crate) by_capacity: bool,
+    /// By worker index and model, the live streams its batches' measured costs keep fed
+    /// (`Capacity::streams`), once measured.
+    pub(crate) batch_capacity: Mutex<BTreeMap<(usize, ModelId), usize>>,
 }
 
 /// The device workers and their queues.
@@ -269,6 +272,7 @@ impl Engine {
                 .collect(),
             panics: AtomicU64::new(0),
             by_capacity,
+            batch_capacity: Mutex::new(BTreeMap::new()),
         });
         let workers = devices.len();
         let probes = devices
@@ -316,6 +320,19 @@ impl Engine {
     /// Jobs admitted and not yet started.
     pub fn queue_depth(&self) -> usize {
         self.shared.queues.values().map(|q| q.rx.len()).sum()
+    }
+
+    /// Per worker (its index and device label) and batched model, the live streams its
+    /// measured costs keep fed; pairs not measured yet are left out.
+    pub(crate) fn batch_capacity(&self) -> Vec<(usize, String, ModelId, usize)> {
+        let by = self
+            .shared
+            .batch_capacity
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        by.iter()
+            .filter_map(|(&(i, m), &n)| Some((i, self.shared.health.get(i)?.label.clone(), m, n)))
+            .collect()
     }
 
     /// Per model served, how long the requests admitted for it need at the pace measured

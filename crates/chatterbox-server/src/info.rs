@@ -87,6 +87,12 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
             .map(|(label, fault)| (label, fault.map(|f| f.name())))
             .collect(),
         panics: app.engine.panics(),
+        batch_capacity: app
+            .engine
+            .batch_capacity()
+            .into_iter()
+            .map(|(i, label, m, n)| (i, label, m.name(), n))
+            .collect(),
     };
     let text = app.metrics.render(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

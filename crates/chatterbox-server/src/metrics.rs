@@ -74,6 +74,9 @@ pub(crate) struct Gauges {
     pub workers: Vec<(String, Option<&'static str>)>,
     /// Jobs (and model loaders) that panicked on a worker.
     pub panics: u64,
+    /// Per worker (index, device label) and batched model (its API name), the live streams
+    /// its measured costs keep fed; pairs not measured yet are left out.
+    pub batch_capacity: Vec<(usize, String, &'static str, usize)>,
 }
 
 /// The server's metrics.
@@ -244,6 +247,25 @@ impl Metrics {
                 );
             }
         }
+        if !g.batch_capacity.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP chatterbox_batch_capacity_streams Live streams at speed 1 that a worker's \
+                 batch of a model keeps fed, by its measured costs (a forecast round within 60 % \
+                 of a token's audio): admission by capacity seats up to this many, up to the \
+                 slots, and queues the rest.\n\
+                 # TYPE chatterbox_batch_capacity_streams gauge"
+            );
+            for (i, label, model, n) in &g.batch_capacity {
+                let _ = writeln!(
+                    out,
+                    "chatterbox_batch_capacity_streams{{worker=\"{i}\",device=\"{}\",\
+                     model=\"{}\"}} {n}",
+                    escape(label),
+                    escape(model)
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "# HELP chatterbox_worker_panics_total Jobs that panicked on a worker (each answered \
@@ -322,6 +344,7 @@ mod tests {
                 ("cuda:1".into(), None),
             ],
             panics: 2,
+            batch_capacity: vec![(1, "cuda:1".into(), "chatterbox", 14)],
         });
         assert!(t.contains("chatterbox_requests_total{status=\"200\"} 2"));
         assert!(t.contains("chatterbox_requests_total{status=\"429\"} 1"));
@@ -356,6 +379,11 @@ mod tests {
         ));
         assert_eq!(t.matches("chatterbox_worker_fault_info{").count(), 1);
         assert!(t.contains("\nchatterbox_worker_panics_total 2\n"));
+        assert!(t.contains(
+            "\nchatterbox_batch_capacity_streams{worker=\"1\",device=\"cuda:1\",\
+             model=\"chatterbox\"} 14\n"
+        ));
+        assert_eq!(t.matches("chatterbox_batch_capacity_streams{").count(), 1);
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -648,6 +648,13 @@ fn serve_batch(
             audio_work,
             Duration::from_secs_f64(made as f64 / f64::from(crate::model::SAMPLE_RATE)),
         );
+        if let Some(n) = capacity.streams(model.slots()) {
+            shared
+                .batch_capacity
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert((health.index, model.id()), n);
+        }
         for (rid, cancel) in ended {
             if cancel {
                 batch.cancel(rid);
