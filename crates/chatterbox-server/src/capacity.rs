@@ -115,7 +115,7 @@ impl Capacity {
     }
 
     /// The longest mean round that keeps streams played at `speed` fed.
-    pub(crate) fn budget(speed: f32) -> Duration {
+    fn budget(speed: f32) -> Duration {
         TOKEN_AUDIO.mul_f64(UTILISATION / f64::from(speed.max(0.25)))
     }
 
