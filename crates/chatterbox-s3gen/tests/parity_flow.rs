@@ -573,69 +573,154 @@ fn full_size_half_precision_drift() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// On CUDA the solver replays its estimator calls as a captured graph: the same kernels on
-/// the same values, so the mel equals the eager calls' to the bit, for `inference` and for
-/// padded `inference_rows`, in f32 and bf16 (`CHATTERBOX_PARITY_DEVICE=cuda`).
+/// On CUDA the solver replays its estimator calls as a captured graph, for `inference` and for
+/// padded `inference_rows`: within [`REPLAY_TOL`] of the eager calls, and a graph kept from an
+/// earlier solve of the same shape gives to the bit what one captured for this solve's inputs
+/// gives. Captured where the estimator's attention runs the fused kernel: a full-size flow
+/// (random weights) in bf16. The tiny fixtures' 16-channel heads take candle's attention,
+/// whose calls run eagerly, to the bit (`CHATTERBOX_PARITY_DEVICE=cuda`).
 #[test]
 #[ignore = "needs a CUDA GPU (CHATTERBOX_PARITY_DEVICE=cuda)"]
 fn cuda_graphs_equal_eager_calls() -> anyhow::Result<()> {
     let dev = device()?;
     anyhow::ensure!(dev.is_cuda(), "run with CHATTERBOX_PARITY_DEVICE=cuda");
+    let randn = |shape: (usize, usize, usize)| Tensor::randn(0f32, 1.0, shape, &dev);
+    let ids = |n: usize, mul: usize| {
+        let v: Vec<u32> = (0..n).map(|i| ((i * mul + 5) % 6561) as u32).collect();
+        Tensor::from_vec(v, (1, n), &dev)
+    };
+    // the tiny fixtures: nothing is captured, the numbers are the eager ones
     let fx = fixture("flow")?;
-    let voice = prompt(&fx, &dev)?;
-    let tok = input_i64(&fx, "token", &dev)?;
-    let n = tok.dim(1)?;
+    let tiny_voice = prompt(&fx, &dev)?;
+    let tiny_tok = input_i64(&fx, "token", &dev)?;
     for dtype in [DType::F32, DType::BF16] {
         let mut model = load(&fx, dtype)?;
-        let noise = Tensor::randn(
-            0f32,
-            1.0,
-            model.noise_shape(1, voice.prompt_token.dim(1)?, n, true),
-            &dev,
-        )?;
-        let short = tok.narrow(1, 0, n - 1)?;
-        let noise2 = Tensor::randn(
-            0f32,
-            1.0,
-            model.noise_shape(1, voice.prompt_token.dim(1)?, n - 1, false),
-            &dev,
-        )?;
-        let rows = [
-            FlowRow::new(tok.flatten_all()?, voice.clone(), noise.clone(), true),
-            FlowRow::new(short.flatten_all()?, voice.clone(), noise2, false),
-        ];
+        let shape = model.noise_shape(1, tiny_voice.prompt_token.dim(1)?, tiny_tok.dim(1)?, true);
+        let noise = randn(shape)?;
         let opts = FlowOptions::default().with_n_timesteps(6);
-        let run =
-            |model: &mut CausalMaskedDiffWithXvec, graphs: bool| -> anyhow::Result<Vec<Tensor>> {
-                model.set_cuda_graphs(graphs);
-                let mut out = vec![model.inference(&tok, &voice, &noise, None, &opts)?];
-                out.extend(model.inference_rows(&rows, Some(6))?);
-                Ok(out)
-            };
-        let eager = run(&mut model, false)?;
-        assert_eq!(model.decoder().cuda_graphs_captured(), 0);
-        let graphed = run(&mut model, true)?;
-        assert_eq!(
-            model.decoder().cuda_graphs_captured(),
-            2,
-            "{dtype:?}: one graph per solve"
-        );
-        for (i, (g, e)) in graphed.iter().zip(&eager).enumerate() {
-            let d = (g - e)?.abs()?.max_all()?.to_scalar::<f32>()?;
-            assert_eq!(
-                d, 0.0,
-                "{dtype:?} output {i}: graph replay differs from eager calls"
-            );
-        }
-        // two steps (meanflow's count) run eagerly
-        model.inference(
-            &tok,
-            &voice,
-            &noise,
-            None,
-            &FlowOptions::default().with_n_timesteps(2),
-        )?;
-        assert_eq!(model.decoder().cuda_graphs_captured(), 2);
+        let mut run = |graphs: bool| {
+            model.set_cuda_graphs(graphs);
+            model.inference(&tiny_tok, &tiny_voice, &noise, None, &opts)
+        };
+        let (eager, graphed) = (run(false)?, run(true)?);
+        let d = (graphed - eager)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert_eq!(d, 0.0, "{dtype:?}: tiny heads differ from eager calls");
+        assert_eq!(model.decoder().cuda_graphs_captured(), 0, "{dtype:?}");
+        assert!(!model.replays_graphs(), "{dtype:?}");
     }
+
+    let vm = candle_nn::VarMap::new();
+    let build = || {
+        let vb = VarBuilder::from_varmap(&vm, DType::F32, &dev);
+        CausalMaskedDiffWithXvec::new_with_estimator_dtype(&FlowConfig::s3gen(), vb, DType::BF16)
+    };
+    let mut model = build()?;
+    assert!(model.replays_graphs());
+    let n_prompt = 50;
+    let voice = FlowPrompt {
+        prompt_token: ids(n_prompt, 23)?,
+        prompt_feat: randn((1, 2 * n_prompt, 80))?,
+        embedding: Tensor::randn(0f32, 1.0, (1, 192), &dev)?,
+    };
+    let n = 40;
+    let tok = ids(n, 37)?;
+    let row = |k: usize, finalize: bool, mul: usize| -> anyhow::Result<FlowRow> {
+        let noise = randn(model.noise_shape(1, n_prompt, k, finalize))?;
+        Ok(FlowRow::new(
+            ids(k, mul)?.flatten_all()?,
+            voice.clone(),
+            noise,
+            finalize,
+        ))
+    };
+    // rows of 70 and 37 new tokens: 240 and 168 frames, padded to 256
+    let inputs = |mul: usize| -> anyhow::Result<(Tensor, Vec<FlowRow>)> {
+        let noise = randn(model.noise_shape(1, n_prompt, n, true))?;
+        Ok((
+            noise,
+            vec![row(n + 30, true, mul)?, row(n - 3, false, mul + 2)?],
+        ))
+    };
+    let (a, b) = (inputs(41)?, inputs(43)?);
+    let opts = FlowOptions::default().with_n_timesteps(6);
+    let run = |model: &mut CausalMaskedDiffWithXvec,
+               graphs: bool,
+               (noise, rows): &(Tensor, Vec<FlowRow>)|
+     -> anyhow::Result<Vec<Tensor>> {
+        model.set_cuda_graphs(graphs);
+        let mut out = vec![model.inference(&tok, &voice, noise, None, &opts)?];
+        out.extend(model.inference_rows(rows, Some(6))?);
+        Ok(out)
+    };
+    // the largest |x - y| over y's peak
+    let worst = |x: &[Tensor], y: &[Tensor]| -> anyhow::Result<f32> {
+        let mut w = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            let d = (x - y)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            w = w.max(d / y.abs()?.max_all()?.to_scalar::<f32>()?);
+        }
+        Ok(w)
+    };
+    let eager = run(&mut model, false, &a)?;
+    assert_eq!(
+        worst(&run(&mut model, false, &a)?, &eager)?,
+        0.0,
+        "eager calls vary"
+    );
+    assert_eq!(model.decoder().cuda_graphs_captured(), 0);
+    let graphed = run(&mut model, true, &a)?;
+    assert_eq!(
+        model.decoder().cuda_graphs_captured(),
+        2,
+        "one graph per shape (capture failure: {:?})",
+        model.decoder().cuda_graphs_failure()
+    );
+    // A replay is not the eager call to the bit: measured on an H200, 1.4e-3 of the peak for
+    // `inference`, 8.4e-3 and 0 for the two rows, the same on every replay (bf16 rounding of
+    // kernels chosen differently under capture; eager calls repeat to the bit).
+    let replay = worst(&graphed, &eager)?;
+    println!("graph replay against eager calls: {replay:.2e} of the peak");
+    assert!(replay <= REPLAY_TOL, "{replay:.2e}");
+    // the same shapes with other inputs replay the kept graphs, with this solve's context: the
+    // numbers a graph captured for those inputs gives
+    let kept = run(&mut model, true, &b)?;
+    assert_eq!(model.decoder().cuda_graphs_captured(), 2);
+    assert_eq!(model.decoder().cuda_graphs_kept(), 2);
+    let mut fresh_model = build()?;
+    let fresh = run(&mut fresh_model, true, &b)?;
+    assert_eq!(fresh_model.decoder().cuda_graphs_captured(), 2);
+    assert_eq!(
+        worst(&kept, &fresh)?,
+        0.0,
+        "a kept graph differs from a fresh capture"
+    );
+    assert!(worst(&kept, &run(&mut model, false, &b)?)? <= REPLAY_TOL);
+    // two steps (meanflow's count) of a shape seen for the first time run eagerly; its
+    // second sighting is captured, its third replays
+    let shorter = tok.narrow(1, 0, n - 2)?;
+    let noise3 = randn(model.noise_shape(1, n_prompt, n - 2, true))?;
+    let two = FlowOptions::default().with_n_timesteps(2);
+    let short_run = |model: &mut CausalMaskedDiffWithXvec, graphs: bool| {
+        model.set_cuda_graphs(graphs);
+        model.inference(&shorter, &voice, &noise3, None, &two)
+    };
+    let eager2 = [short_run(&mut model, false)?];
+    let first = [short_run(&mut model, true)?];
+    assert_eq!(model.decoder().cuda_graphs_captured(), 2);
+    assert_eq!(
+        worst(&first, &eager2)?,
+        0.0,
+        "a first sighting runs eagerly"
+    );
+    let captured = [short_run(&mut model, true)?];
+    assert_eq!(model.decoder().cuda_graphs_captured(), 3);
+    assert!(worst(&captured, &eager2)? <= REPLAY_TOL);
+    assert_eq!(worst(&[short_run(&mut model, true)?], &captured)?, 0.0);
+    assert_eq!(model.decoder().cuda_graphs_captured(), 3);
+    assert_eq!(model.decoder().cuda_graphs_failure(), None);
     Ok(())
 }
+
+/// Largest `|graph replay - eager calls|` of the bf16 flow's mel over its peak (see
+/// `cuda_graphs_equal_eager_calls`): measured 8.4e-3 at worst on an H200.
+const REPLAY_TOL: f32 = 1.5e-2;

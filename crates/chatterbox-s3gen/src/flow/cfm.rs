@@ -16,6 +16,7 @@
 use super::config::{CfmConfig, TimeScheduler};
 use super::decoder::{ConditionalDecoder, EstimatorContext};
 use super::estimator_calls::EstimatorCalls;
+use super::estimator_graphs::EstimatorGraphs;
 use super::mask::masks_from_tensor;
 use super::ops::KeyBias;
 use crate::{Result, S3GenError};
@@ -47,8 +48,9 @@ pub struct CausalConditionalCFM {
     estimator: ConditionalDecoder,
     cfg: CfmConfig,
     cuda_graphs: bool,
-    /// Graphs captured so far (shared by clones, which share the estimator).
-    captured: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The captured estimator calls, kept across solves (shared by clones, which share the
+    /// estimator).
+    graphs: std::sync::Arc<EstimatorGraphs>,
 }
 
 /// The solver's masks for `B` rows: multiplier `(B, T, 1)` and attention bias `(B, 1, 1, T)`;
@@ -61,15 +63,18 @@ impl CausalConditionalCFM {
         Self {
             estimator,
             cfg: cfg.clone(),
-            cuda_graphs: true,
-            captured: Default::default(),
+            // CHATTERBOX_FLOW_GRAPHS=0: eager calls (an A/B switch for benchmarks)
+            cuda_graphs: std::env::var("CHATTERBOX_FLOW_GRAPHS").map_or(true, |v| v != "0"),
+            graphs: Default::default(),
         }
     }
 
-    /// On CUDA, replay each solve's estimator calls as a CUDA graph captured at its first step
-    /// (solves of at least [`MIN_GRAPH_STEPS`](super::MIN_GRAPH_STEPS) steps; the same
-    /// numbers as eager calls, without the host's per-kernel cost). Default: on. Ignored
-    /// elsewhere.
+    /// On CUDA, replay each solve's estimator calls as a CUDA graph: one kept from an earlier
+    /// solve of the same shape, or one captured at its first step (solves of at least
+    /// [`MIN_GRAPH_STEPS`](super::MIN_GRAPH_STEPS) steps, or of a shape seen before; see
+    /// `estimator_graphs.rs`). The numbers of eager calls up to bf16 rounding (the GPU test's
+    /// `REPLAY_TOL`), without the host's per-kernel cost. Default: on, unless the environment
+    /// sets `CHATTERBOX_FLOW_GRAPHS=0`. Ignored elsewhere.
     pub fn set_cuda_graphs(&mut self, on: bool) {
         self.cuda_graphs = on;
     }
@@ -79,9 +84,21 @@ impl CausalConditionalCFM {
         self.cuda_graphs
     }
 
-    /// CUDA graphs captured so far, one per solve that used them (0 when running eagerly).
+    /// CUDA graphs captured so far, one per shape (0 when running eagerly; a solve of a shape
+    /// whose graph is kept replays it).
     pub fn cuda_graphs_captured(&self) -> usize {
-        self.captured.load(std::sync::atomic::Ordering::Relaxed)
+        self.graphs.captured()
+    }
+
+    /// Why CUDA graphs are off for good, once a capture has failed (the flow then runs
+    /// eagerly); `None` while they work.
+    pub fn cuda_graphs_failure(&self) -> Option<String> {
+        self.graphs.failure()
+    }
+
+    /// CUDA graphs kept now (at most [`KEPT_GRAPHS`](super::KEPT_GRAPHS)).
+    pub fn cuda_graphs_kept(&self) -> usize {
+        self.graphs.kept()
     }
 
     /// The estimator.
@@ -210,9 +227,9 @@ impl CausalConditionalCFM {
         Ok(x.transpose(1, 2)?.contiguous()?)
     }
 
-    /// The graph switch and counter the estimator calls of a solve use.
-    fn graphs(&self) -> Option<&std::sync::atomic::AtomicUsize> {
-        self.cuda_graphs.then_some(&*self.captured)
+    /// The kept graphs the estimator calls of a solve use, with graphs on.
+    fn graphs(&self) -> Option<&EstimatorGraphs> {
+        self.cuda_graphs.then_some(&*self.graphs)
     }
 
     /// The guidance batch: rows `0..B` conditional, rows `B..2B` with `mu`, `spks` and `cond`

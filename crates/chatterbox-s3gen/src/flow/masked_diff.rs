@@ -175,6 +175,16 @@ impl CausalMaskedDiffWithXvec {
         self.decoder.set_cuda_graphs(on);
     }
 
+    /// Whether [`inference_rows`](Self::inference_rows) calls replay CUDA graphs kept from
+    /// earlier calls (CUDA with graphs on): its rows are padded to a frame bucket there, so
+    /// that calls of one bucket and number of rows share a graph. One request runs best
+    /// through it too, where graphs are kept, unless its audio must equal `inference`'s
+    /// exactly (padding changes float rounding).
+    pub fn replays_graphs(&self) -> bool {
+        let dev = self.input_embedding.embeddings().device();
+        self.decoder.cuda_graphs() && dev.is_cuda() && self.decoder.estimator().capturable(dev)
+    }
+
     /// Shape of the noise [`inference`](Self::inference) needs: `(batch, 80, T)` with
     /// `T = token_mel_ratio * (n_prompt + n_tokens)`, less the look-ahead frames when
     /// `finalize` is false.

@@ -21,6 +21,7 @@ pub(crate) mod cuda_ops;
 mod decoder;
 mod encoder;
 mod estimator_calls;
+mod estimator_graphs;
 pub(crate) mod kernels;
 mod mask;
 mod masked_diff;
@@ -34,5 +35,6 @@ pub use config::{CfmConfig, DecoderConfig, EncoderConfig, FlowConfig, FlowOption
 pub use decoder::ConditionalDecoder;
 pub use encoder::UpsampleConformerEncoder;
 pub use estimator_calls::MIN_GRAPH_STEPS;
+pub use estimator_graphs::KEPT_GRAPHS;
 pub use masked_diff::{CausalMaskedDiffWithXvec, FlowConditioning, FlowPrompt};
 pub use rows::FlowRow;

@@ -237,6 +237,32 @@ impl KeyBias {
         &self.tensor
     }
 
+    /// A copy in buffers of its own (a captured graph's input, see `estimator_graphs.rs`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn copy(&self) -> Result<Self> {
+        use super::estimator_calls::owned;
+        Ok(Self {
+            tensor: owned(&self.tensor)?,
+            host: self.host.clone(),
+            device_f32: self.device_f32.as_ref().map(owned).transpose()?,
+        })
+    }
+
+    /// Writes this bias's values into `dst`'s device buffers (same shape); a bias with a host
+    /// copy (the CPU's) cannot be rewritten in place.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn write_into(&self, dst: &Self) -> Result<()> {
+        if dst.host.is_some() {
+            candle_core::bail!("a key bias on the host is not rewritten in place");
+        }
+        dst.tensor.slice_set(&self.tensor.contiguous()?, 0, 0)?;
+        match (&self.device_f32, &dst.device_f32) {
+            (Some(src), Some(d)) => d.slice_set(&src.contiguous()?, 0, 0),
+            (None, None) => Ok(()),
+            _ => candle_core::bail!("key biases of different devices"),
+        }
+    }
+
     /// The same rows, repeated (the guidance batch).
     pub(crate) fn doubled(&self) -> Result<Self> {
         Ok(Self {

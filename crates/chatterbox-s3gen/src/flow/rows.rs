@@ -4,6 +4,12 @@
 //! makes every row equal its own call: padded frames are zeroed before the encoder's look-ahead
 //! convolution (see `UpsampleConformerEncoder::forward_lengths`). Everything after that is causal
 //! or key-masked, so a row's frames never see another row's or the padding.
+//!
+//! Where the estimator's calls replay kept CUDA graphs
+//! ([`replays_graphs`](CausalMaskedDiffWithXvec::replays_graphs)), the frames are padded
+//! further, to a bucket ([`frame_bucket`]): calls of one bucket and number of rows then have
+//! one shape, whose estimator graph later calls replay (see `estimator_graphs.rs`). The extra
+//! frames are padding like any other.
 
 use super::mask::Lengths;
 use super::masked_diff::{token_rows, CausalMaskedDiffWithXvec, FlowPrompt};
@@ -75,7 +81,12 @@ impl CausalMaskedDiffWithXvec {
             .map(|s| s.prompt.len() + s.tokens.len())
             .max()
             .unwrap_or(0);
-        let t_max = shapes.iter().map(|s| s.frames).max().unwrap_or(0);
+        let t_longest = shapes.iter().map(|s| s.frames).max().unwrap_or(0);
+        let t_max = if self.replays_graphs() {
+            frame_bucket(t_longest)
+        } else {
+            t_longest
+        };
 
         // prompt ++ tokens, right-padded with id 0 and its embedding zeroed (flow.py's `* mask`)
         let mut ids = Vec::with_capacity(b * n_max);
@@ -100,8 +111,9 @@ impl CausalMaskedDiffWithXvec {
             xs
         };
         let (h, _) = self.encoder.forward_lengths(&xs, &token_lens, true)?;
-        let h = h.narrow(1, 0, t_max)?;
+        let h = h.narrow(1, 0, t_longest)?;
         let mu = self.encoder_proj.forward(&h)?.transpose(1, 2)?; // (b, 80, T)
+        let mu = pad_frames(&mu, t_max)?;
         let dt = mu.dtype();
 
         // per row: its prompt mel at the start of `cond`, its noise, zeros after its frames
@@ -229,8 +241,40 @@ impl CausalMaskedDiffWithXvec {
     }
 }
 
-/// `x (1, C, t)` followed by zeros to `t_max` frames.
+/// The frames a batched call of `t` frames is padded to where graphs are kept: a multiple of 64 up to 1024
+/// frames, of 128 up to 2048, of 256 beyond (at most ~6-12 % more frames; from about 10 s of
+/// prompt and a few seconds of speech, a bucket spans 1.3-2.5 s of audio).
+pub(crate) fn frame_bucket(t: usize) -> usize {
+    let step = match t {
+        0..=1024 => 64,
+        1025..=2048 => 128,
+        _ => 256,
+    };
+    t.div_ceil(step) * step
+}
+
+/// `x (b, C, t)` followed by zeros to `t_max` frames.
 fn pad_frames(x: &Tensor, t_max: usize) -> Result<Tensor> {
     let t = x.dim(2)?;
     Ok(x.pad_with_zeros(2, 0, t_max - t)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::frame_bucket;
+
+    #[test]
+    fn frame_buckets_round_up_by_a_step_that_grows_with_the_call() {
+        assert_eq!(frame_bucket(0), 0);
+        assert_eq!(frame_bucket(1), 64);
+        assert_eq!(frame_bucket(520), 576);
+        assert_eq!(frame_bucket(576), 576);
+        assert_eq!(frame_bucket(1024), 1024);
+        assert_eq!(frame_bucket(1025), 1152);
+        assert_eq!(frame_bucket(2049), 2304);
+        for t in 1..5000 {
+            let b = frame_bucket(t);
+            assert!(b >= t && b - t < 64.max(t / 8), "{t} -> {b}");
+        }
+    }
 }

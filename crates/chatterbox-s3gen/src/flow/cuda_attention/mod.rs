@@ -44,6 +44,19 @@ pub(crate) fn applies(qkv: &Tensor, dim_head: usize) -> candle_core::Result<bool
         && compute_capability(dev)?.0 >= 8)
 }
 
+/// Whether the estimator's attention runs [`attention`] on `dev` for weights of `dtype` and
+/// heads of `dim_head`.
+pub(crate) fn runs_on(dev: &Device, dtype: DType, dim_head: usize) -> bool {
+    match dev {
+        Device::Cuda(d) => {
+            dim_head == HEAD_DIM
+                && kernel_name(dtype).is_some()
+                && compute_capability(d).is_ok_and(|c| c.0 >= 8)
+        }
+        _ => false,
+    }
+}
+
 struct FlowAttention {
     heads: usize,
 }

@@ -89,6 +89,41 @@ pub(crate) struct EstimatorContext {
     key_bias: Option<KeyBias>,
 }
 
+impl EstimatorContext {
+    /// Whether it has the multiplier mask and the attention bias (a captured call's shape).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn masks(&self) -> (bool, bool) {
+        (self.mask.is_some(), self.key_bias.is_some())
+    }
+
+    /// A copy in buffers of its own (a captured graph's input, see `estimator_graphs.rs`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn copy(&self) -> candle_core::Result<Self> {
+        use super::estimator_calls::owned;
+        Ok(Self {
+            cond: owned(&self.cond)?,
+            mask: self.mask.as_ref().map(owned).transpose()?,
+            key_bias: self.key_bias.as_ref().map(KeyBias::copy).transpose()?,
+        })
+    }
+
+    /// Writes this context's values into `dst`'s buffers (same shapes and masks).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn write_into(&self, dst: &Self) -> candle_core::Result<()> {
+        dst.cond.slice_set(&self.cond.contiguous()?, 0, 0)?;
+        match (&self.mask, &dst.mask) {
+            (Some(m), Some(d)) => d.slice_set(&m.contiguous()?, 0, 0)?,
+            (None, None) => {}
+            _ => candle_core::bail!("estimator contexts with and without a mask"),
+        }
+        match (&self.key_bias, &dst.key_bias) {
+            (Some(b), Some(d)) => b.write_into(d),
+            (None, None) => Ok(()),
+            _ => candle_core::bail!("estimator contexts with and without a key bias"),
+        }
+    }
+}
+
 /// For every ResNet block, `mlp(time_embedding)` of a set of time points: `(n, channels)`.
 #[derive(Debug, Clone)]
 pub(crate) struct TimeConditioning {
@@ -183,6 +218,21 @@ impl ConditionalDecoder {
     /// The dtype the estimator computes in (its weights').
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Whether its calls on `dev` may be captured in CUDA graphs: where its attention runs the
+    /// fused kernel (bf16 or f16, heads of 64, sm_80+; every full-size checkpoint served so).
+    /// Elsewhere (f32, or the tiny test models' 16-channel heads, which take candle's
+    /// attention) captures have failed, or replayed a graph that read memory it no longer
+    /// owned (an H200, candle 0.11.1), so those calls run eagerly.
+    pub(crate) fn capturable(&self, dev: &candle_core::Device) -> bool {
+        #[cfg(feature = "cuda")]
+        return super::cuda_attention::runs_on(dev, self.dtype, self.cfg.attention_head_dim);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = dev;
+            false
+        }
     }
 
     /// `forward(x, mask, mu, t, spks, cond, r)` as the reference: `x`, `mu`, `cond`
