@@ -28,6 +28,8 @@
 //!   `inference_rows` / encoder between `cuProfilerStart` and `cuProfilerStop`;
 //! * `CHATTERBOX_BENCH_PROFILE=1` (CUDA): one more call of each of those shapes between
 //!   `cuProfilerStart` and `cuProfilerStop`, for `ncu --profile-from-start off`;
+//! * `CHATTERBOX_BENCH_FLOW_GRAPHS=0`: the estimator calls run eagerly (CUDA; by default
+//!   they replay CUDA graphs, kept from one call to the next of the same shape);
 //! * `CHATTERBOX_FLOW_WEIGHTS`: a safetensors file with real `flow.*` weights (an S3Gen
 //!   checkpoint) instead of random ones (`CHATTERBOX_FLOW_MEANFLOW_WEIGHTS` for meanflow).
 use candle_core::{DType, Device, Tensor};
@@ -57,7 +59,7 @@ fn model(
     est_dtype: DType,
     keep: &mut Vec<VarMap>,
 ) -> anyhow::Result<CausalMaskedDiffWithXvec> {
-    let model = match env(var) {
+    let mut model = match env(var) {
         Some(path) => {
             // SAFETY: the checkpoint is not modified while the bench runs.
             let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, dev)? };
@@ -71,6 +73,7 @@ fn model(
             m
         }
     };
+    model.set_cuda_graphs(env("CHATTERBOX_BENCH_FLOW_GRAPHS").as_deref() != Some("0"));
     Ok(model)
 }
 
