@@ -20,7 +20,9 @@
 //! A stream's tokens and CFM noise are those of the same stream on its own (same seed: the
 //! decoder gives each request its own stream's draws), whatever the other streams are; its
 //! audio equals the solo stream's up to the float rounding of the padded flow call (exactly,
-//! with `chunks_per_call` 1).
+//! with `chunks_per_call` 1). Where the flow replays kept CUDA graphs
+//! (`CausalMaskedDiffWithXvec::replays_graphs`) and calls may be shared, a call of one chunk
+//! is padded too, so that its shape repeats.
 
 use super::core::TtsCore;
 use super::schedule::{self, Due, Pace, Playout};
@@ -600,7 +602,12 @@ impl<'a> SpeechBatch<'a> {
         let flow = self.core.s3gen.flow();
         let t0 = Instant::now();
         let mels = match group.as_slice() {
-            [(_, job)] => job.run(flow).map(|m| vec![m]),
+            // alone, exactly as the stream on its own, unless the flow replays kept graphs for
+            // calls padded to a bucket (CUDA) and calls may be shared: an unpadded chunk's
+            // shape seldom repeats
+            [(_, job)] if self.chunks_per_call == 1 || !flow.replays_graphs() => {
+                job.run(flow).map(|m| vec![m])
+            }
             _ => {
                 let rows: Vec<_> = group.iter().map(|(_, j)| j.row.clone()).collect();
                 flow.inference_rows(&rows, steps)
