@@ -568,3 +568,61 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
     assert_eq!(run(1, true, slow, None, 2), (vec![eights], 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn playing_streams_report_the_rounds_they_tolerate() {
+    let dir = checkpoint_dir("turbo", "batch-tolerance");
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    let mut opts = GenerateOptions::turbo()
+        .with_seed(5)
+        .with_stream_schedule(StreamSchedule::new(vec![8, 8]));
+    opts.max_new_tokens = 40;
+    for live in [true, false] {
+        let mut batch = tts
+            .batch(
+                BatchOptions::default()
+                    .with_slots(1)
+                    .with_positions(256)
+                    .with_bucket(32),
+            )
+            .unwrap();
+        let id = batch
+            .add(&voice, "Hello there, a stream that plays.", &opts)
+            .unwrap();
+        assert!(batch.set_live(id, live));
+        assert_eq!(batch.round_tolerance(), None, "nothing plays yet");
+        let mut emitted = 0usize;
+        let mut tolerance = None;
+        while !batch.is_empty() && tolerance.is_none() {
+            for (_, o) in batch.step() {
+                if let BatchOutput::Chunk(c) = o {
+                    emitted += c.samples.len();
+                }
+            }
+            if emitted > 0 {
+                tolerance = Some(batch.round_tolerance());
+            }
+        }
+        let tolerance = tolerance.expect("a chunk came");
+        if live {
+            // its first chunk plays while T3 decodes the second's 8 tokens (and 3 ahead):
+            // at most 80 % of the audio sent, over at least one token
+            let t = tolerance.expect("a playing stream waits for its next chunk");
+            let audio = Duration::from_secs_f64(emitted as f64 / 24_000.0);
+            assert!(t <= audio.mul_f64(0.8), "{t:?} of {audio:?}");
+        } else {
+            assert_eq!(
+                tolerance, None,
+                "a stream kept whole has no listener waiting"
+            );
+        }
+        let _ = chunks_of(&mut batch);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
