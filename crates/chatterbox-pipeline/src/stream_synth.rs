@@ -559,18 +559,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         })
     }
 
-    /// Tokens still to come before the next chunk falls due (`None`: one is due or its HiFT
-    /// call pending, or the tokens have ended).
-    pub(crate) fn tokens_to_next_chunk(&self) -> Option<usize> {
-        if self.ended || self.vocoder.finished || self.vocoding.is_some() {
-            return None;
-        }
-        let look = self.s3gen.flow().config().pre_lookahead_len;
-        let need = self.schedule.hop(self.chunks) + look;
-        let have = self.tokens.len() - self.offset;
-        (have < need).then(|| need - have)
-    }
-
     /// Whether a chunk is due (its flow call is [`next_flow`](Self::next_flow)).
     pub fn is_due(&self) -> bool {
         self.due().is_some()

@@ -20,8 +20,7 @@
 //! it seated crowds in many small steps, and the streams, no longer starting together, shared
 //! their flow calls four at a time instead of sixteen: Turbo at 16 clients fell from 124x to
 //! 66x real time.) One more request is seated only while the forecast, at one more, stays
-//! within [`UTILISATION`] of a token's audio, and within the round the batch's playing streams
-//! tolerate (`RequestBatch::round_tolerance`). Until rounds of several sizes are measured, half
+//! within [`UTILISATION`] of a token's audio. Until rounds of several sizes are measured, half
 //! of the round's own part is taken to grow with the number seated (a cautious reading that
 //! still seats a crowd within a few rounds). A batch with nobody in it always takes the next
 //! request; one that has made no audio yet takes no second.
@@ -155,15 +154,12 @@ impl Capacity {
     }
 
     /// Whether one more request may join a batch of `seated` requests when its fastest stream
-    /// plays at `speed` and the batch's playing streams tolerate rounds of `tolerance` at most
-    /// (`RequestBatch::round_tolerance`: a stream far into a long chunk needs the rounds that
-    /// its chunk was planned on, which may be shorter than the budget).
-    pub(crate) fn admits(&self, seated: usize, speed: f32, tolerance: Option<Duration>) -> bool {
-        let limit = match tolerance {
-            Some(t) => t.min(Self::budget(speed)),
-            None => Self::budget(speed),
-        };
-        seated == 0 || self.predict(seated + 1).is_some_and(|t| t <= limit)
+    /// plays at `speed`.
+    pub(crate) fn admits(&self, seated: usize, speed: f32) -> bool {
+        seated == 0
+            || self
+                .predict(seated + 1)
+                .is_some_and(|t| t <= Self::budget(speed))
     }
 }
 
@@ -195,7 +191,7 @@ mod tests {
         let mut waiting = queued;
         let mut sizes = Vec::new();
         for _ in 0..rounds {
-            while waiting > 0 && c.admits(seated.len(), speed, None) {
+            while waiting > 0 && c.admits(seated.len(), speed) {
                 seated.push(0);
                 waiting -= 1;
             }
@@ -259,35 +255,12 @@ mod tests {
     #[test]
     fn nothing_joins_a_batch_that_has_made_no_audio() {
         let mut c = Capacity::default();
-        assert!(
-            c.admits(0, 1.0, None),
-            "an empty batch takes the next request"
-        );
-        assert!(!c.admits(1, 1.0, None));
+        assert!(c.admits(0, 1.0), "an empty batch takes the next request");
+        assert!(!c.admits(1, 1.0));
         c.observe(1, ms(5.0), Duration::ZERO, Duration::ZERO);
         assert_eq!(c.predict(2), None);
-        assert!(!c.admits(1, 1.0, None));
+        assert!(!c.admits(1, 1.0));
         assert_eq!(c.expected_round(1, 10, 64, false), None);
-    }
-
-    #[test]
-    fn playing_streams_that_tolerate_shorter_rounds_hold_admission() {
-        let mut c = Capacity::default();
-        // 8 requests: 6 ms of their own and 4 ms of flow work making 320 ms a round
-        for _ in 0..50 {
-            c.observe(8, ms(10.0), ms(4.0), ms(320.0));
-        }
-        let next = c.predict(9).unwrap();
-        assert!(next < Capacity::budget(1.0), "{next:?}");
-        assert!(c.admits(8, 1.0, None));
-        assert!(c.admits(8, 1.0, Some(next)));
-        // a stream far into a long chunk needs rounds shorter than the ninth brings
-        assert!(!c.admits(8, 1.0, Some(next - ms(0.5))));
-        // a tolerance past the budget leaves the budget
-        assert!(c.admits(8, 1.0, Some(ms(1000.0))));
-        assert!(!c.admits(8, 4.0, Some(ms(1000.0))));
-        // an empty batch takes the next request whatever is tolerated
-        assert!(c.admits(0, 1.0, Some(Duration::ZERO)));
     }
 
     #[test]

@@ -199,14 +199,6 @@ pub trait RequestBatch {
         let _ = (round, streams);
     }
 
-    /// The longest mean round with which every seated stream that is playing still gets its
-    /// next chunk before its listener runs out (`SpeechBatch::round_tolerance`); `None` (the
-    /// default) when the batch does not know or no stream constrains it. Admission by capacity
-    /// seats a request only while its forecast round stays within this as well.
-    fn round_tolerance(&self) -> Option<std::time::Duration> {
-        None
-    }
-
     /// Analyses a reference clip and saves the voice to `path`, as
     /// [`SpeechModel::save_voice`] does, while the batch holds the model: the worker calls it
     /// between rounds, so a voice upload (or a voice's first use by this model) does not wait

@@ -193,10 +193,6 @@ impl RequestBatch for PipelineBatch<'_> {
         self.batch.set_expected_streams(streams);
     }
 
-    fn round_tolerance(&self) -> Option<std::time::Duration> {
-        self.batch.round_tolerance()
-    }
-
     fn save_voice(&mut self, audio: &Audio, path: &Path) -> Option<Result<(), ModelError>> {
         // the analysis reads the model the batch borrows and leaves its voice alone
         Some(analyse(self.model, audio, path))

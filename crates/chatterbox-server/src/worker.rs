@@ -505,15 +505,7 @@ fn serve_batch(
                 }
                 job => job,
             };
-            if !batch.has_room()
-                || !fits(
-                    capacity,
-                    &running,
-                    &job,
-                    shared.by_capacity,
-                    batch.round_tolerance(),
-                )
-            {
+            if !batch.has_room() || !fits(capacity, &running, &job, shared.by_capacity) {
                 pending = Some(job);
                 break;
             }
@@ -695,15 +687,14 @@ fn playback(job: &Job) -> Option<f32> {
 }
 
 /// Whether `job` may join the batch of `running` now by its measured capacity
-/// ([`Capacity::admits`], at the speed of its fastest live stream, within the rounds its
-/// playing streams `tolerate`): always without `by_capacity`, and for a whole file while no
-/// live stream is seated (nobody's playback can suffer then).
+/// ([`Capacity::admits`], at the speed of its fastest live stream): always without
+/// `by_capacity`, and for a whole file while no live stream is seated (nobody's playback can
+/// suffer then).
 fn fits(
     capacity: &Capacity,
     running: &BTreeMap<u64, Running<'_>>,
     job: &Job,
     by_capacity: bool,
-    tolerate: Option<Duration>,
 ) -> bool {
     if !by_capacity {
         return true;
@@ -715,7 +706,7 @@ fn fits(
     let Some(speed) = speeds.reduce(f32::max) else {
         return true;
     };
-    capacity.admits(running.len(), speed, tolerate)
+    capacity.admits(running.len(), speed)
 }
 
 /// What became of a speech job offered to a batch.

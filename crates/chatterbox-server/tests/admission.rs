@@ -1,7 +1,7 @@
 //! Admission by capacity, the server's default (issue 43): a batching fake whose rounds cost a
 //! known time, on loopback. A streamed request joins a batch whose rounds keep its listeners
-//! fed, and waits in the queue behind one whose rounds do not, or whose playing streams need
-//! shorter rounds than it would bring; seating by slot takes it at once either way.
+//! fed, and waits in the queue behind one whose rounds do not; seating by slot takes it at
+//! once either way.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failing unwrap is a failing test
 
 mod support;
@@ -18,18 +18,8 @@ use voice_fakes::{StoreFake, LONG_STEPS};
 /// returns the fake's log once both are done, and the batch's measured capacity from
 /// `/metrics`.
 async fn long_then_short(round: Duration, config: ServerConfig) -> (Vec<String>, String) {
-    long_then_short_tolerating(round, None, config).await
-}
-
-/// [`long_then_short`] with a batch whose playing streams tolerate rounds of `tolerance`.
-async fn long_then_short_tolerating(
-    round: Duration,
-    tolerance: Option<Duration>,
-    config: ServerConfig,
-) -> (Vec<String>, String) {
     let mut fake = StoreFake::batching(ModelId::English, 4);
     fake.step_delay = round;
-    fake.tolerance = tolerance;
     let s = TestServer::start(config, vec![fake.device()]).await;
     let body = |input: &str, stream: bool| {
         let mut b = json!({"model": "chatterbox", "input": input, "voice": "alloy",
@@ -81,22 +71,5 @@ async fn a_request_is_seated_only_while_the_rounds_keep_pace() {
     // seated by slot, it joins all the same
     let by_slot = ServerConfig::default().with_capacity_admission(false);
     let (slots, _) = long_then_short(Duration::from_millis(30), by_slot).await;
-    assert!(joined_while_long_spoke(&slots), "{slots:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_waits_while_a_playing_stream_needs_shorter_rounds() {
-    // 2 ms rounds keep a token's 24 ms budget, but the long stream's next chunk needs rounds
-    // of 1 ms: two requests' 3 ms would make it late, so the short one waits
-    let ms = Duration::from_millis;
-    let config = ServerConfig::default;
-    let (held, _) = long_then_short_tolerating(ms(2), Some(ms(1)), config()).await;
-    assert!(!joined_while_long_spoke(&held), "{held:?}");
-    // a stream that tolerates 20 ms rounds lets it join
-    let (joined, _) = long_then_short_tolerating(ms(2), Some(ms(20)), config()).await;
-    assert!(joined_while_long_spoke(&joined), "{joined:?}");
-    // seated by slot, it joins all the same
-    let by_slot = config().with_capacity_admission(false);
-    let (slots, _) = long_then_short_tolerating(ms(2), Some(ms(1)), by_slot).await;
     assert!(joined_while_long_spoke(&slots), "{slots:?}");
 }

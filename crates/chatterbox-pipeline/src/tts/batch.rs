@@ -238,31 +238,6 @@ impl<'a> SpeechBatch<'a> {
         self.expected_streams = streams;
     }
 
-    /// The longest mean round with which every live stream that has started playing still
-    /// gets its next chunk to its listener in time: for each, the paced schedules' share (0.8)
-    /// of the time until its listener runs out, less a chunk's calls as measured, over the tokens T3
-    /// has still to decode for that chunk (the round decodes one token per stream). `None`
-    /// when no stream waits for tokens that way (none playing, or each with a chunk due).
-    /// A caller that seats more streams only while its forecast round stays within this
-    /// (say, a server's admission) keeps the seated streams' deadlines, whatever hops they
-    /// were planned on.
-    pub fn round_tolerance(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let calls = self.pace.chunk_calls().unwrap_or(Duration::ZERO);
-        self.streams
-            .iter()
-            .filter(|e| e.playout.live && e.playout.first_audio.is_some())
-            .filter_map(|e| {
-                let left = e.stream.tokens_to_next_chunk()?;
-                let deadline = e.playout.deadline(e.stream.samples_emitted(), S3GEN_SR)?;
-                let slack = deadline
-                    .saturating_duration_since(now)
-                    .saturating_sub(calls);
-                Some(slack.mul_f64(schedule::PACED_UTILISATION) / left.max(1) as u32)
-            })
-            .min()
-    }
-
     /// Marks stream `id` as kept whole (`live` false: its audio is not played as it arrives,
     /// so it has no deadline and its chunks go after those of every live stream) or live (the
     /// default). Returns whether the stream is in the batch.

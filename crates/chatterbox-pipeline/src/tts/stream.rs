@@ -494,19 +494,6 @@ impl<'a> SpeechStream<'a> {
         self.opts.stream = schedule;
     }
 
-    /// Speech tokens T3 has still to decode before the sentence's next chunk falls due (`None`:
-    /// between sentences, not batched, a chunk due or in flight, or its tokens have ended).
-    pub(crate) fn tokens_to_next_chunk(&self) -> Option<usize> {
-        let s = self.sentence.as_ref()?;
-        let Tokens::Batched { queue, ended, .. } = &s.tokens else {
-            return None;
-        };
-        if *ended {
-            return None;
-        }
-        Some(s.synth.tokens_to_next_chunk()?.saturating_sub(queue.len()))
-    }
-
     /// The audio one speech token makes for the listener: 40 ms at speed 1.
     pub(crate) fn token_audio(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(

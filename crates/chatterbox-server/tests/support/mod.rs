@@ -166,11 +166,6 @@ pub trait RoundModel {
     /// The request's item of a round: it leaves the batch with its last audio or a failure.
     fn round(&self, request: &mut Self::Request) -> BatchItem;
 
-    /// As [`RequestBatch::round_tolerance`] (the default: none).
-    fn round_tolerance(&self) -> Option<Duration> {
-        None
-    }
-
     /// As [`RequestBatch::save_voice`] (the default: it cannot).
     fn save_voice_between_rounds(
         &self,
@@ -203,10 +198,6 @@ impl<'a, M: RoundModel> Rounds<'a, M> {
 }
 
 impl<M: RoundModel> RequestBatch for Rounds<'_, M> {
-    fn round_tolerance(&self) -> Option<Duration> {
-        self.model.round_tolerance()
-    }
-
     fn has_room(&self) -> bool {
         self.reqs.len() < self.model.slots()
     }

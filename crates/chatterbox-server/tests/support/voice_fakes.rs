@@ -79,8 +79,6 @@ pub struct StoreFake {
     pub step_delay: Duration,
     /// Sleep of an analysis.
     pub analysis_delay: Duration,
-    /// The rounds its batch's playing streams tolerate (`RequestBatch::round_tolerance`).
-    pub tolerance: Option<Duration>,
     pub gate: Gate,
     /// `analysing:<model>`, `analysed:<model>`, `admitted:<text>`, `done:<text>`, in order.
     pub log: Arc<Mutex<Vec<String>>>,
@@ -97,7 +95,6 @@ impl StoreFake {
             batch_analyses: true,
             step_delay: Duration::ZERO,
             analysis_delay: Duration::ZERO,
-            tolerance: None,
             gate: Gate::default(),
             log: Arc::default(),
             last_voice: Arc::default(),
@@ -234,10 +231,6 @@ impl RoundModel for StoreFake {
 
     fn round_delay(&self) -> Duration {
         self.step_delay
-    }
-
-    fn round_tolerance(&self) -> Option<Duration> {
-        self.tolerance
     }
 
     fn admit(&self, voice: Option<&Path>, text: &str) -> Result<Self::Request, ModelError> {
