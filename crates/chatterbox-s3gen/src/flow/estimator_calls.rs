@@ -10,9 +10,9 @@
 //! embeddings and (at a solve's first call) the solve's context into the graph's buffers and
 //! replays it. A replay repeats itself to the bit, and a kept graph gives what one captured for
 //! the solve's own inputs gives; against eager calls the mel differs by bf16 rounding (on an
-//! H200 up to 8.4e-3 of its peak after 6 steps: the GPU test `cuda_graphs_equal_eager_calls`). Elsewhere, with graphs off, for an estimator whose calls are not
-//! captured (`ConditionalDecoder::capturable`), or once a capture has failed, each call runs
-//! eagerly.
+//! H200 up to 8.4e-3 of its peak after 6 steps: the GPU test `cuda_graphs_equal_eager_calls`).
+//! Elsewhere, with graphs off, for an estimator whose calls are not captured
+//! (`ConditionalDecoder::capturable`), or once a capture has failed, each call runs eagerly.
 use super::decoder::{ConditionalDecoder, EstimatorContext, TimeConditioning};
 use super::estimator_graphs::EstimatorGraphs;
 #[cfg(feature = "cuda")]
