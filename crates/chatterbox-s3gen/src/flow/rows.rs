@@ -241,9 +241,9 @@ impl CausalMaskedDiffWithXvec {
     }
 }
 
-/// The frames a batched call of `t` frames is padded to where graphs are kept: a multiple of 64 up to 1024
-/// frames, of 128 up to 2048, of 256 beyond (at most ~6-12 % more frames; from about 10 s of
-/// prompt and a few seconds of speech, a bucket spans 1.3-2.5 s of audio).
+/// The frames a batched call of `t` frames is padded to where graphs are kept: a multiple of
+/// 64 up to 1024 frames, of 128 up to 2048, of 256 beyond (1.3, 2.6 and 5.1 s of mel; behind
+/// a 10 s prompt's 500 frames, at most ~12 % more frames).
 pub(crate) fn frame_bucket(t: usize) -> usize {
     let step = match t {
         0..=1024 => 64,
