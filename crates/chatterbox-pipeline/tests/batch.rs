@@ -568,3 +568,130 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
     assert_eq!(run(1, true, slow, None, 2), (vec![eights], 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
+    let dir = checkpoint_dir("turbo", "batch-grid");
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
+        .unwrap();
+    let voices = vec![tts.conditionals().cloned().unwrap()];
+    let opts = |seed: u64, max: usize| {
+        let mut o = GenerateOptions::turbo()
+            .with_seed(seed)
+            .with_stream_schedule(StreamSchedule::new(vec![4, 8]));
+        o.max_new_tokens = max;
+        o
+    };
+    // three streams joining one or two rounds apart: their chunks fall due in different rounds
+    let jobs = vec![
+        Job {
+            voice: 0,
+            text: "Hello there.",
+            opts: opts(3, 30),
+            join_at: 0,
+        },
+        Job {
+            voice: 0,
+            text: "Another one speaking.",
+            opts: opts(4, 26),
+            join_at: 1,
+        },
+        Job {
+            voice: 0,
+            text: "Third.",
+            opts: opts(9, 28),
+            join_at: 3,
+        },
+    ];
+    let ms = Duration::from_millis;
+    // on `pace`, with `grid` and streams `live` or kept whole: each job's chunks, the flow
+    // calls, and whether every call off the grid ran where the grid allows one
+    let run = |grid: Option<usize>, pace: Pace, live: bool| {
+        let mut batch = tts
+            .batch(
+                BatchOptions::default()
+                    .with_slots(3)
+                    .with_positions(256)
+                    .with_bucket(32),
+            )
+            .unwrap();
+        batch.set_chunk_grid(grid);
+        assert_eq!(batch.chunk_grid(), grid);
+        batch.set_pace(pace);
+        let mut out: Vec<Vec<AudioChunk>> = vec![Vec::new(); jobs.len()];
+        let mut who = HashMap::new();
+        let (mut round, mut added, mut on_grid) = (0, 0, true);
+        while added < jobs.len() || !batch.is_empty() {
+            for (k, j) in jobs.iter().enumerate() {
+                if j.join_at == round {
+                    let id = batch.add(&voices[j.voice], j.text, &j.opts).unwrap();
+                    assert!(batch.set_live(id, live));
+                    who.insert(id, k);
+                    added += 1;
+                }
+            }
+            let (before, streams) = (batch.timings(), batch.len());
+            for (id, o) in batch.step() {
+                match o {
+                    BatchOutput::Chunk(c) => out[who[&id]].push(c),
+                    BatchOutput::Failed(e) => panic!("stream {id} failed: {e}"),
+                    _ => unreachable!(),
+                }
+            }
+            let after = batch.timings();
+            if after.flow_calls > before.flow_calls {
+                // a grid round, a round that decoded nothing, or a batch of one stream
+                on_grid &= after.rounds % 4 == 0 || after.rounds == before.rounds || streams < 2;
+            }
+            round += 1;
+            assert!(round < 500, "the batch does not finish");
+        }
+        (out, batch.timings().flow_calls, on_grid)
+    };
+    let solo = |c: &Conditionals, j: &Job| {
+        let mut t = tts.clone();
+        t.set_conditionals(c.clone());
+        t.stream(j.text, &j.opts)
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect::<Vec<_>>()
+    };
+    let fast = Pace::assumed(ms(1), ms(1), ms(1));
+    // kept whole, nothing is urgent: the calls run on the grid only, fewer and shared
+    let (free, free_calls, _) = run(None, fast, false);
+    let (gridded, grid_calls, on_grid) = run(Some(4), fast, false);
+    assert!(on_grid, "a call ran off the grid");
+    assert!(
+        grid_calls < free_calls,
+        "{grid_calls} calls on the grid against {free_calls}"
+    );
+    // each stream's chunks keep their tokens: its audio is its own stream's
+    check(solo, &voices, &jobs, &free, false);
+    check(solo, &voices, &jobs, &gridded, false);
+    // a live stream alone waits for nobody: exactly its own stream, on a grid or not
+    let one_slot = || {
+        BatchOptions::default()
+            .with_slots(1)
+            .with_positions(256)
+            .with_bucket(32)
+    };
+    let lone = |grid| {
+        let mut batch = tts.batch(one_slot()).unwrap();
+        batch.set_chunk_grid(grid);
+        batch.set_pace(fast);
+        batch.add(&voices[0], jobs[0].text, &jobs[0].opts).unwrap();
+        chunks_of(&mut batch)
+    };
+    let alone = lone(Some(4));
+    assert!(alone == lone(None), "a lone stream waited for the grid");
+    assert!(alone[0] == solo(&voices[0], &jobs[0]));
+    // a grid of one round is none
+    let mut batch = tts.batch(one_slot()).unwrap();
+    batch.set_chunk_grid(Some(1));
+    assert_eq!(batch.chunk_grid(), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}

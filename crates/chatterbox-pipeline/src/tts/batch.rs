@@ -111,6 +111,9 @@ pub struct SpeechBatch<'a> {
     /// Whether live sentences start on a paced schedule (see
     /// [`SpeechBatch::set_paced_schedule`]).
     paced: bool,
+    /// Every how many rounds the chunks that can wait run (see
+    /// [`SpeechBatch::set_chunk_grid`]).
+    chunk_grid: Option<usize>,
     /// The measured round and call times the paced schedules are planned on.
     pace: Pace,
     /// The round expected once the requests the caller holds are seated (see
@@ -147,6 +150,7 @@ impl<'a> SpeechBatch<'a> {
             chunks_per_call: CHUNKS_PER_CALL,
             horizon: None,
             paced: false,
+            chunk_grid: None,
             pace: Pace::default(),
             expected_round: None,
             expected_streams: 0,
@@ -196,6 +200,24 @@ impl<'a> SpeechBatch<'a> {
     /// own inputs (paced, also on the batch's pace when each sentence started).
     pub fn set_paced_schedule(&mut self, on: bool) {
         self.paced = on;
+    }
+
+    /// Every how many rounds the chunks that can wait run; see [`SpeechBatch::set_chunk_grid`].
+    pub fn chunk_grid(&self) -> Option<usize> {
+        self.chunk_grid
+    }
+
+    /// Sets [`chunk_grid`](Self::chunk_grid): while streams decode, a chunk that falls due runs
+    /// at once only when its listener would run out before the next `every`th round has run
+    /// its calls (at the measured pace, see [`super::schedule::grid_wait`]); the others wait
+    /// for that round and share its calls. Streams arriving one by one fall due in different
+    /// rounds, each chunk a flow call of its own, which costs about as much as one of several
+    /// chunks; on the grid they share them. Chunks keep their tokens: only when they run
+    /// depends on it. `None` (the default) or `Some(1)`: every chunk runs in the round it falls
+    /// due; so does every chunk of a batch of one stream, of a round that decoded nothing, and
+    /// of a batch whose pace is not measured yet.
+    pub fn set_chunk_grid(&mut self, every: Option<usize>) {
+        self.chunk_grid = every.filter(|&n| n > 1);
     }
 
     /// The batch's measured pace, to hand to the next batch ([`SpeechBatch::set_pace`]).
@@ -429,6 +451,7 @@ impl<'a> SpeechBatch<'a> {
         // flow call, and again until none is due. A stream is run again only when a call
         // has handed it something.
         let t2 = Instant::now();
+        let grid_until = self.grid_until(decoding, queued_calls);
         let mut dirty = vec![true; self.streams.len()];
         let mut flows: Vec<(usize, FlowJob)> = Vec::new();
         let mut flow_calls = 0;
@@ -465,10 +488,28 @@ impl<'a> SpeechBatch<'a> {
                     continue;
                 };
                 let id = self.streams[i].id;
-                let playout = &mut self.streams[i].playout;
+                let (round, decoding) = (self.pace.round(), self.decoder.active());
+                let e = &mut self.streams[i];
                 for c in ready {
-                    if playout.first_audio.is_none() && !c.samples.is_empty() {
-                        playout.first_audio = Some(Instant::now());
+                    let now = Instant::now();
+                    if e.playout.first_audio.is_none() && !c.samples.is_empty() {
+                        e.playout.first_audio = Some(now);
+                    }
+                    if let Some(due) = e.playout.deadline(c.sample_offset, S3GEN_SR) {
+                        if now > due && e.playout.first_audio.is_some_and(|t| t < now) {
+                            tracing::debug!(
+                                stream = id,
+                                chunk = c.index,
+                                sentence = c.sentence,
+                                at_s = c.sample_offset as f64 / f64::from(S3GEN_SR),
+                                late_ms = (now - due).as_secs_f64() * 1e3,
+                                samples = c.samples.len(),
+                                hops = ?e.stream.schedule().hops,
+                                round_ms = round.map_or(f64::NAN, |r| r.as_secs_f64() * 1e3),
+                                decoding,
+                                "chunk after its listener ran out"
+                            );
+                        }
                     }
                     emit(id, BatchOutput::Chunk(c));
                 }
@@ -495,7 +536,7 @@ impl<'a> SpeechBatch<'a> {
                     dirty[i] = true;
                 }
             } else {
-                let call = self.next_flow_call(&mut flows, flow_calls == 0);
+                let call = self.next_flow_call(&mut flows, flow_calls == 0, grid_until);
                 if call.is_empty() {
                     // nothing due, or nothing urgent: the rest waits for a later round
                     break;
@@ -527,13 +568,31 @@ impl<'a> SpeechBatch<'a> {
         }
     }
 
+    /// With a [chunk grid](SpeechBatch::set_chunk_grid), off its rounds: the deadline before
+    /// which a chunk falling due now runs at once (the others wait for the grid); `None` when
+    /// every chunk due may run: on a grid round, with nothing `decoding` (no round will come),
+    /// with one stream, or before the pace is measured. `queued_calls`: the calls of the live
+    /// streams' chunks falling due together.
+    fn grid_until(&self, decoding: usize, queued_calls: u32) -> Option<Instant> {
+        let every = self.chunk_grid?;
+        if decoding == 0 || self.streams.len() < 2 {
+            return None;
+        }
+        let calls = self.pace.chunk_calls()? * queued_calls;
+        let wait = schedule::grid_wait(self.timings.rounds, every, self.pace.round()?, calls)?;
+        Some(Instant::now() + wait)
+    }
+
     /// Takes the next flow call out of `due` ([`schedule::next_call`]): earliest deadline
     /// first, [`SpeechBatch::chunks_per_call`] at most, of one number of Euler steps; none when
-    /// nothing is urgent within the horizon, unless `background` (no call has run this round).
+    /// nothing is urgent within the horizon or before `grid_until` (see
+    /// [`SpeechBatch::grid_until`]), unless `background` (no call has run this round) off a
+    /// grid.
     fn next_flow_call(
         &self,
         due: &mut Vec<(usize, FlowJob)>,
         background: bool,
+        grid_until: Option<Instant>,
     ) -> Vec<(usize, FlowJob)> {
         let now = Instant::now();
         let seen: Vec<Due> = due
@@ -547,12 +606,12 @@ impl<'a> SpeechBatch<'a> {
                 }
             })
             .collect();
-        let picked = schedule::next_call(
-            &seen,
-            self.chunks_per_call,
-            self.horizon.map(|h| now + h),
-            background,
-        );
+        let urgent_until = match (self.horizon.map(|h| now + h), grid_until) {
+            (Some(h), Some(g)) => Some(h.min(g)),
+            (h, g) => h.or(g),
+        };
+        let background = background && grid_until.is_none();
+        let picked = schedule::next_call(&seen, self.chunks_per_call, urgent_until, background);
         if picked.is_empty() {
             return Vec::new();
         }
@@ -711,6 +770,14 @@ fn plan(pace: &Pace, expected: Option<Duration>, queued_calls: u32, e: &mut Entr
         _ => None,
     };
     let paced = hops.is_some();
+    tracing::debug!(
+        stream = e.id,
+        live = e.playout.live,
+        round_ms = round.map_or(f64::NAN, |r| r.as_secs_f64() * 1e3),
+        calls_ms = calls.map_or(f64::NAN, |c| c.as_secs_f64() * 1e3),
+        hops = ?hops,
+        "sentence planned"
+    );
     let schedule = match hops {
         Some(hops) => StreamSchedule {
             hops,

@@ -13,6 +13,9 @@
 //! horizon) runs at most one call per round, so the T3 step that feeds every stream is not
 //! held behind audio that can wait.
 //!
+//! With a chunk grid ([`grid_wait`]), chunks that can wait run only every few rounds, so
+//! that streams which joined at different times still share their flow calls.
+//!
 //! A stream's chunks grow (Turbo: 10, 30, 120, then 480 tokens), which keeps the flow calls
 //! few, but each chunk must be made while the one before it plays: a chunk of 30 tokens after
 //! one of 10 needs tokens three times faster than real time. Under load a batch makes them
@@ -180,6 +183,23 @@ pub(crate) fn paced_hops(
     (!same).then_some(hops)
 }
 
+/// How long a chunk that falls due between a chunk grid's rounds (see
+/// [`SpeechBatch::set_chunk_grid`](super::SpeechBatch::set_chunk_grid): chunks that can wait
+/// run every `every`th round, together) may wait for the next one, after `round` rounds: the
+/// rounds up to it and one more at the mean `round_time`, then `calls` (the calls of the chunks
+/// falling due with it). A chunk whose listener runs out sooner runs now. `None` on a grid
+/// round: everything due runs.
+pub(crate) fn grid_wait(
+    round: u64,
+    every: usize,
+    round_time: Duration,
+    calls: Duration,
+) -> Option<Duration> {
+    let every = every.max(1) as u64;
+    let left = (every - round % every) % every;
+    (left > 0).then(|| round_time * (left as u32 + 1) + calls)
+}
+
 /// A chunk waiting for its flow call, as [`next_call`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Due {
@@ -283,6 +303,20 @@ mod tests {
         assert_eq!(paced_hops(&TURBO, ms_(32), ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&TURBO, Duration::ZERO, ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&[], ms_(16), ms_(50), ms_(40)), None);
+    }
+
+    #[test]
+    fn off_the_grid_a_chunk_may_wait_for_the_next_grid_round() {
+        // every 4th round; 10 ms rounds and 30 ms of calls
+        let wait = |round| grid_wait(round, 4, ms_(10), ms_(30));
+        assert_eq!(wait(0), None);
+        assert_eq!(wait(8), None);
+        // after round 5, rounds 6, 7 and 8 are to come: 3 + 1 rounds, then the calls
+        assert_eq!(wait(5), Some(ms_(70)));
+        assert_eq!(wait(7), Some(ms_(50)));
+        // a grid of one round (or none) is every round
+        assert_eq!(grid_wait(5, 1, ms_(10), ms_(30)), None);
+        assert_eq!(grid_wait(5, 0, ms_(10), ms_(30)), None);
     }
 
     #[test]

@@ -494,6 +494,11 @@ impl<'a> SpeechStream<'a> {
         self.opts.stream = schedule;
     }
 
+    /// The chunk schedule of the sentences it starts.
+    pub(crate) fn schedule(&self) -> &crate::StreamSchedule {
+        &self.opts.stream
+    }
+
     /// The audio one speech token makes for the listener: 40 ms at speed 1.
     pub(crate) fn token_audio(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(
