@@ -39,7 +39,7 @@ pub use model::{
     BatchItem, ChunkIter, ModelError, ModelId, NoBuiltinVoice, RequestBatch, SpeechChunk,
     SpeechModel, SAMPLE_RATE,
 };
-pub use pipeline_model::PipelineModel;
+pub use pipeline_model::{PipelineModel, CHUNK_GRID};
 pub use request::{Overrides, SpeechRequest, OPTION_RANGES};
 pub use server::{serve, shutdown_signal, Server};
 pub use voices::{valid_voice_name, VoiceLibrary};

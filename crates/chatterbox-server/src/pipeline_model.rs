@@ -30,6 +30,12 @@ macro_rules! with_model {
     };
 }
 
+/// The rounds between those on which a batch on CUDA runs the chunks that can wait
+/// ([`PipelineModel::with_chunk_grid`]). On an H200, Turbo's open loop at 10 and 20 requests a
+/// second made half and a third of the flow calls with 10 (2 and 3.9 chunks a call), 15-40 %
+/// more audio a second and first bytes 2-3x sooner at p95; 5 shared less (1.6 and 3.0).
+pub const CHUNK_GRID: usize = 10;
+
 /// A pipeline model served by a worker, with its built-in voice (`conds.pt`) kept aside.
 #[derive(Debug)]
 pub struct PipelineModel {
@@ -48,6 +54,9 @@ pub struct PipelineModel {
     /// Whether live streams start on schedules their batch's pace can keep
     /// ([`PipelineModel::with_paced_schedule`]).
     paced_schedule: bool,
+    /// Every how many rounds the chunks that can wait run
+    /// ([`PipelineModel::with_chunk_grid`]).
+    chunk_grid: Option<usize>,
     /// The last batch's measured pace, which the next one starts from.
     pace: std::sync::Mutex<chatterbox_pipeline::Pace>,
 }
@@ -58,6 +67,7 @@ impl PipelineModel {
             with_model!(&inner, m => (m.conditionals().cloned(), m.t3().device().clone()));
         let voice_set = builtin.is_some();
         let paced_schedule = device.is_cuda();
+        let chunk_grid = device.is_cuda().then_some(CHUNK_GRID);
         Self {
             inner,
             builtin,
@@ -67,6 +77,7 @@ impl PipelineModel {
             chunks_per_call: chatterbox_pipeline::CHUNKS_PER_CALL,
             horizon: None,
             paced_schedule,
+            chunk_grid,
             pace: std::sync::Mutex::default(),
         }
     }
@@ -103,6 +114,15 @@ impl PipelineModel {
     /// elsewhere (where a batch's audio then equals its requests' own, whatever the load).
     pub fn with_paced_schedule(mut self, on: bool) -> Self {
         self.paced_schedule = on;
+        self
+    }
+
+    /// With batching on, chunks whose listeners can wait run only every `every`th round,
+    /// sharing their flow calls (`SpeechBatch::set_chunk_grid`; a chunk whose listener would
+    /// run out first runs at once). Default: [`CHUNK_GRID`] on CUDA (measured there,
+    /// docs/benchmarks.md), `None` elsewhere (every chunk runs in the round it falls due).
+    pub fn with_chunk_grid(mut self, every: Option<usize>) -> Self {
+        self.chunk_grid = every;
         self
     }
 }
@@ -296,6 +316,7 @@ impl SpeechModel for PipelineModel {
                     batch.set_chunks_per_call(self.chunks_per_call);
                     batch.set_horizon(self.horizon);
                     batch.set_paced_schedule(self.paced_schedule);
+                    batch.set_chunk_grid(self.chunk_grid);
                     batch.set_pace(*self.pace.lock().unwrap_or_else(|e| e.into_inner()));
                     batch
                 },

@@ -19,6 +19,9 @@
 //! (default 0: none, every chunk runs as soon as it is due, most urgent first).
 //! `CHATTERBOX_SERVE_PACED=0`: streams keep the model's chunk schedule under load (default 1:
 //! the server's paced schedules, `PipelineModel::with_paced_schedule`).
+//! `CHATTERBOX_SERVE_GRID=N`: chunks that can wait run every `N`th round, together
+//! (`PipelineModel::with_chunk_grid`; 0: every chunk in the round it falls due; unset: the
+//! server's default, `chatterbox_server::CHUNK_GRID` on CUDA).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -261,6 +264,13 @@ async fn bench_main() -> anyhow::Result<()> {
                     ms => Some(Duration::from_millis(ms as u64)),
                 })
                 .with_paced_schedule(env_usize("CHATTERBOX_SERVE_PACED", 1) != 0);
+            let inner = match std::env::var("CHATTERBOX_SERVE_GRID") {
+                Ok(_) => inner.with_chunk_grid(match env_usize("CHATTERBOX_SERVE_GRID", 0) {
+                    0 => None,
+                    every => Some(every),
+                }),
+                Err(_) => inner,
+            };
             Ok(vec![Box::new(Capped { inner, cap })])
         }
     };
