@@ -365,6 +365,11 @@ pub struct StreamingSynth<'a, D: Draws> {
     /// Tokens whose mel frames have been made.
     offset: usize,
     chunks: usize,
+    /// The hop chosen for the next regular chunk instead of its schedule's
+    /// ([`set_next_hop`](StreamingSynth::set_next_hop)).
+    next_hop: Option<usize>,
+    /// Tokens the last chunk made final (0 before the first).
+    last_hop: usize,
     /// CFM noise of every frame position reached so far, `(1, 80, frames)`.
     noise: Option<Tensor>,
     /// No more tokens: the final chunk is due once the regular ones are made.
@@ -438,6 +443,8 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             tokens: Vec::new(),
             offset: 0,
             chunks: 0,
+            next_hop: None,
+            last_hop: 0,
             noise: None,
             ended: false,
             vocoding: None,
@@ -452,6 +459,50 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
     /// Tokens received so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// Tokens received whose mel frames are not made yet (the next chunk's and its look-ahead).
+    pub fn pending_tokens(&self) -> usize {
+        self.tokens.len() - self.offset
+    }
+
+    /// Tokens the next regular chunk makes final: its schedule's, or the hop
+    /// [`set_next_hop`](Self::set_next_hop) chose.
+    pub fn next_hop(&self) -> usize {
+        self.next_hop
+            .unwrap_or_else(|| self.schedule.hop(self.chunks))
+    }
+
+    /// Tokens each chunk waits for after the ones it makes final (the flow's
+    /// `pre_lookahead_len`, 3).
+    pub fn lookahead(&self) -> usize {
+        self.s3gen.flow().config().pre_lookahead_len
+    }
+
+    /// Tokens the last chunk made final (0 before the first).
+    pub fn last_hop(&self) -> usize {
+        self.last_hop
+    }
+
+    /// Makes the next regular chunk final after `hop` tokens instead of its schedule's (a
+    /// batch fitting chunks to its pace does, see `SpeechBatch::set_pacing`); the chunks after
+    /// it keep the schedule. Choose it between chunks, before asking for the next chunk's
+    /// [`next_flow`](Self::next_flow): a flow call asked for before no longer matches it
+    /// ([`vocode_job`](Self::vocode_job) then refuses its output). A hop too short for the
+    /// schedule's overlap is an error.
+    pub fn set_next_hop(&mut self, hop: usize) -> Result<()> {
+        let ratio = self.s3gen.flow().config().token_mel_ratio;
+        if hop * ratio < self.schedule.overlap_frames {
+            return Err(PipelineError::InvalidInput {
+                what: "stream schedule",
+                reason: format!(
+                    "a hop of {hop} tokens makes fewer mel frames than the {} overlap frames",
+                    self.schedule.overlap_frames
+                ),
+            });
+        }
+        self.next_hop = Some(hop);
+        Ok(())
     }
 
     /// Adds speech tokens (ids below 6561) and runs every chunk they complete. After an error the
@@ -543,8 +594,8 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         if self.vocoder.finished || self.vocoding.is_some() {
             return None;
         }
-        let look = self.s3gen.flow().config().pre_lookahead_len;
-        let hop = self.schedule.hop(self.chunks);
+        let look = self.lookahead();
+        let hop = self.next_hop();
         if self.tokens.len() - self.offset >= hop + look {
             return Some(Due {
                 n: self.offset + hop + look,
@@ -646,6 +697,8 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         };
         self.offset += hop;
         self.chunks += 1;
+        self.next_hop = None;
+        self.last_hop = hop;
         Ok(chunk)
     }
 

@@ -695,3 +695,74 @@ fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
     assert_eq!(batch.chunk_grid(), None);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn fitted_hops_shrink_to_what_the_listener_has_left() {
+    let dir = checkpoint_dir("turbo", "batch-fitted");
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    let opts_with = |hops: Vec<usize>| {
+        let mut o = GenerateOptions::turbo()
+            .with_seed(7)
+            .with_stream_schedule(StreamSchedule::new(hops));
+        o.max_new_tokens = 30;
+        o
+    };
+    let text = "Hello there, a fitted stream.";
+    let fast = Pace::assumed(
+        Duration::from_micros(1),
+        Duration::from_millis(1),
+        Duration::from_millis(1),
+    );
+    // one stream (`live` or kept whole) on schedule [4, 8], fitting `on` with a round budget
+    // of `budget`: its chunks and the hops fitted
+    let run = |live: bool, on: bool, budget: Option<Duration>| {
+        let mut batch = tts
+            .batch(
+                BatchOptions::default()
+                    .with_slots(1)
+                    .with_positions(256)
+                    .with_bucket(32),
+            )
+            .unwrap();
+        batch.set_chunks_per_call(1);
+        batch.set_pace(fast);
+        batch.set_hop_fitting(on);
+        assert_eq!(batch.hop_fitting(), on);
+        batch.set_round_budget(budget);
+        assert_eq!(batch.round_budget(), budget);
+        let id = batch.add(&voice, text, &opts_with(vec![4, 8])).unwrap();
+        assert!(batch.set_live(id, live));
+        let chunks = chunks_of(&mut batch);
+        (chunks, batch.timings().fitted_hops)
+    };
+    let solo = |hops: Vec<usize>| {
+        tts.stream(text, &opts_with(hops))
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect::<Vec<_>>()
+    };
+    let own = solo(vec![4, 8]);
+    let fours = solo(vec![4]);
+    assert_ne!(own, fours);
+    // rounds of a second: no listener keeps up, every hop after the first is the shortest,
+    // exactly the stream on hops of 4
+    let (fitted, n) = run(true, true, Some(Duration::from_secs(1)));
+    assert_eq!(fitted, vec![fours]);
+    assert!(n >= 3, "{n} hops fitted");
+    // fitting off, or a stream kept whole: its own schedule
+    assert_eq!(
+        run(true, false, Some(Duration::from_secs(1))),
+        (vec![own.clone()], 0)
+    );
+    assert_eq!(
+        run(false, true, Some(Duration::from_secs(1))),
+        (vec![own], 0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

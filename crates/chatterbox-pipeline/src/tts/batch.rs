@@ -25,7 +25,7 @@
 //! is padded too, so that its shape repeats.
 
 use super::core::TtsCore;
-use super::schedule::{self, Due, Pace, Playout};
+use super::schedule::{self, Due, HopPacer, Pace, Playout};
 use super::stream::{AudioChunk, SpeechStream, Step};
 use crate::conditionals::Conditionals;
 use crate::options::GenerateOptions;
@@ -79,6 +79,9 @@ pub struct BatchTimings {
     pub vocoder_chunks: u64,
     /// Sentences started on a paced schedule ([`SpeechBatch::set_paced_schedule`]).
     pub paced_sentences: u64,
+    /// Hops chosen shorter than planned when the chunk before them was made
+    /// ([`SpeechBatch::set_hop_fitting`]).
+    pub fitted_hops: u64,
 }
 
 struct Entry<'a> {
@@ -114,6 +117,12 @@ pub struct SpeechBatch<'a> {
     /// Every how many rounds the chunks that can wait run (see
     /// [`SpeechBatch::set_chunk_grid`]).
     chunk_grid: Option<usize>,
+    /// Whether live streams' hops are fitted as their chunks are made (see
+    /// [`SpeechBatch::set_hop_fitting`]).
+    hop_fitting: bool,
+    /// The longest mean round the caller lets the batch reach (see
+    /// [`SpeechBatch::set_round_budget`]).
+    round_budget: Option<Duration>,
     /// The measured round and call times the paced schedules are planned on.
     pace: Pace,
     /// The round expected once the requests the caller holds are seated (see
@@ -151,6 +160,8 @@ impl<'a> SpeechBatch<'a> {
             horizon: None,
             paced: false,
             chunk_grid: None,
+            hop_fitting: false,
+            round_budget: None,
             pace: Pace::default(),
             expected_round: None,
             expected_streams: 0,
@@ -218,6 +229,39 @@ impl<'a> SpeechBatch<'a> {
     /// of a batch whose pace is not measured yet.
     pub fn set_chunk_grid(&mut self, every: Option<usize>) {
         self.chunk_grid = every.filter(|&n| n > 1);
+    }
+
+    /// Whether live streams' hops are fitted as their chunks are made; see
+    /// [`SpeechBatch::set_hop_fitting`].
+    pub fn hop_fitting(&self) -> bool {
+        self.hop_fitting
+    }
+
+    /// Sets [`hop_fitting`](Self::hop_fitting): when a live stream makes a chunk, its next hop
+    /// is its plan unless its listener, with the audio left to play, would run out before it
+    /// is made at the batch's round (the measured mean, or the
+    /// [expected](SpeechBatch::set_expected_round) one where longer) and calls; then it is
+    /// as long as that allows, never shorter than the schedule's first hop
+    /// ([`super::schedule::fitted_hop`]). A stream planned before a crowd arrived then grows
+    /// more slowly instead of running dry. Off by default; a fitted stream's audio equals that
+    /// of the stream on its own with the hops it was given.
+    pub fn set_hop_fitting(&mut self, on: bool) {
+        self.hop_fitting = on;
+    }
+
+    /// The longest mean round the caller lets the batch reach; see
+    /// [`SpeechBatch::set_round_budget`].
+    pub fn round_budget(&self) -> Option<Duration> {
+        self.round_budget
+    }
+
+    /// Sets [`round_budget`](Self::round_budget) (say, a server that seats requests only while
+    /// its forecast round stays within a budget): [fitted hops](SpeechBatch::set_hop_fitting)
+    /// plan on it where the measured and expected rounds are shorter, so that a long hop
+    /// chosen in quiet rounds is still made in time when the load grows as far as the caller
+    /// allows. `None` (the default): the measured and expected rounds alone.
+    pub fn set_round_budget(&mut self, budget: Option<Duration>) {
+        self.round_budget = budget;
     }
 
     /// The batch's measured pace, to hand to the next batch ([`SpeechBatch::set_pace`]).
@@ -452,6 +496,22 @@ impl<'a> SpeechBatch<'a> {
         // has handed it something.
         let t2 = Instant::now();
         let grid_until = self.grid_until(decoding, queued_calls);
+        let round = [self.pace.round(), self.expected_round, self.round_budget]
+            .into_iter()
+            .flatten()
+            .max();
+        for e in &mut self.streams {
+            let pacer = match (self.hop_fitting, round, self.pace.chunk_calls()) {
+                (true, Some(round), Some(calls)) if e.playout.live => Some(HopPacer {
+                    round,
+                    calls: calls * queued_calls,
+                    first_audio: e.playout.first_audio,
+                    least: e.schedule.hops.first().copied().unwrap_or(1),
+                }),
+                _ => None,
+            };
+            e.stream.set_pacer(pacer);
+        }
         let mut dirty = vec![true; self.streams.len()];
         let mut flows: Vec<(usize, FlowJob)> = Vec::new();
         let mut flow_calls = 0;
@@ -552,6 +612,9 @@ impl<'a> SpeechBatch<'a> {
             }
         }
         self.timings.audio += t2.elapsed();
+        for e in &mut self.streams {
+            self.timings.fitted_hops += e.stream.take_fitted_hops();
+        }
         let decoder = &mut self.decoder;
         self.streams.retain(|e| {
             let gone = failed.contains(&e.id) || e.stream.is_done();

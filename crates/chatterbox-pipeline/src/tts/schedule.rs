@@ -23,9 +23,15 @@
 //! ([`paced_hops`]) a live sentence that starts in a batch gets hops that its measured pace
 //! ([`Pace`]: the mean round and a chunk's calls, carried from batch to batch) can
 //! make in time: a longer first chunk (its first audio later) and growth slowed to what the
-//! pace allows. Where the default keeps up, it is kept. (Cutting a chunk early when its
-//! listener was about to run out, tried first, made four times the flow calls at 64 Turbo
-//! streams on an H200 and fell from 163x to 63x real time: docs/benchmarks.md.)
+//! pace allows. Where the default keeps up, it is kept. A sentence planned in quiet rounds
+//! would still outrun its listener when a crowd arrives: with hop fitting ([`fitted_hop`])
+//! each later hop is chosen again when the chunk before it is made, from what its listener
+//! has left to play, at the measured round or a longer one the caller allows (a server's
+//! admission budget). Shorter hops make more flow calls; on a chunk grid they share them.
+//! (Fitting on the measured round alone, without the grid, made twice the flow calls and fell
+//! from 46x to 25x real time on an H200; cutting a chunk early when its listener was about to
+//! run out, tried first, made four times the flow calls at 64 Turbo streams and fell from 163x
+//! to 63x: the figures are in git, commits 981f765 and 8df3679.)
 use std::time::{Duration, Instant};
 
 /// How soon after joining a live stream's first chunk falls due.
@@ -183,6 +189,64 @@ pub(crate) fn paced_hops(
     (!same).then_some(hops)
 }
 
+/// The hop of a live sentence's next chunk, chosen when the chunk before it is made (see
+/// [`SpeechBatch::set_hop_fitting`](super::SpeechBatch::set_hop_fitting)): `planned` (its
+/// schedule's), unless its listener, who has `slack` of audio left, would run out first. At a
+/// round of `round` (a token each) and the chunk's calls taking `calls`, the chunk may take
+/// [`PACED_UTILISATION`] of the slack to make; `pending` tokens (its `look` look-ahead tokens
+/// among them) are drawn already. Never shorter than `least` (the schedule's first hop).
+pub(crate) fn fitted_hop(
+    planned: usize,
+    least: usize,
+    slack: Duration,
+    pending: usize,
+    look: usize,
+    round: Duration,
+    calls: Duration,
+) -> usize {
+    let r = round.as_secs_f64();
+    if r <= 0.0 {
+        return planned;
+    }
+    let rounds = ((slack.as_secs_f64() * PACED_UTILISATION - calls.as_secs_f64()) / r).floor();
+    let fits = (rounds + pending as f64 - look as f64).max(0.0) as usize;
+    planned.min(fits.max(least))
+}
+
+/// What a live stream in a batch that fits each hop needs to choose its next one when it
+/// makes a chunk ([`fitted_hop`]): the round and calls to plan on, when its first audio went
+/// out, and its shortest hop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HopPacer {
+    /// The round to plan on.
+    pub round: Duration,
+    /// A chunk's flow and HiFT calls, and those it may wait behind.
+    pub calls: Duration,
+    /// When the stream's first audio went out (`None`: with the chunk just made).
+    pub first_audio: Option<Instant>,
+    /// The shortest hop (the schedule's first).
+    pub least: usize,
+}
+
+impl HopPacer {
+    /// [`fitted_hop`] at `now` for a listener who has had `emitted` samples at `sample_rate`.
+    pub(crate) fn next_hop(
+        &self,
+        now: Instant,
+        planned: usize,
+        pending: usize,
+        look: usize,
+        emitted: usize,
+        sample_rate: u32,
+    ) -> usize {
+        let played_out = self.first_audio.unwrap_or(now)
+            + Duration::from_secs_f64(emitted as f64 / f64::from(sample_rate));
+        let slack = played_out.saturating_duration_since(now);
+        let least = self.least.min(planned);
+        fitted_hop(planned, least, slack, pending, look, self.round, self.calls)
+    }
+}
+
 /// How long a chunk that falls due between a chunk grid's rounds (see
 /// [`SpeechBatch::set_chunk_grid`](super::SpeechBatch::set_chunk_grid): chunks that can wait
 /// run every `every`th round, together) may wait for the next one, after `round` rounds: the
@@ -303,6 +367,66 @@ mod tests {
         assert_eq!(paced_hops(&TURBO, ms_(32), ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&TURBO, Duration::ZERO, ms_(50), ms_(40)), None);
         assert_eq!(paced_hops(&[], ms_(16), ms_(50), ms_(40)), None);
+    }
+
+    #[test]
+    fn a_hop_fits_what_its_listener_has_left() {
+        // 16 ms rounds, 50 ms of calls; the first chunk of 10 tokens (400 ms) just went out
+        // and 3 look-ahead tokens are drawn: 320 ms usable, less the calls, is 16 rounds: the
+        // second chunk makes 16 tokens, not the planned 30
+        let fit = |slack, pending| fitted_hop(30, 10, ms_(slack), pending, 3, ms_(16), ms_(50));
+        assert_eq!(fit(400, 3), 16);
+        for (slack, pending) in [(400, 3), (400, 9), (300, 3), (900, 3)] {
+            let h = fit(slack, pending);
+            // made in time: its rounds and calls within the usable slack ...
+            let rounds = (h + 3).saturating_sub(pending) as f64;
+            assert!(rounds * 16.0 + 50.0 <= slack as f64 * 0.8, "{slack} {h}");
+            // ... and as long as that allows, up to the plan
+            let more = (h + 4).saturating_sub(pending) as f64;
+            assert!(
+                h == 30 || more * 16.0 + 50.0 > slack as f64 * 0.8,
+                "{slack} {h}"
+            );
+        }
+        // tokens drawn ahead count: 6 more drawn, 6 more tokens
+        assert_eq!(fit(400, 9), 22);
+        // a listener with plenty left gets the plan
+        assert_eq!(fit(900, 3), 30);
+        // one about to run out: the shortest hop
+        assert_eq!(fit(250, 3), 10);
+        assert_eq!(fit(0, 3), 10);
+        // a long hop behind a long one shrinks below it: 4 s left at 25 ms rounds
+        assert_eq!(fitted_hop(480, 10, ms_(4000), 3, 3, ms_(25), ms_(50)), 126);
+        // nothing measured (no round): the plan
+        assert_eq!(
+            fitted_hop(30, 10, ms_(0), 3, 3, Duration::ZERO, ms_(50)),
+            30
+        );
+    }
+
+    #[test]
+    fn a_pacer_counts_the_slack_from_the_first_audio() {
+        let t0 = Instant::now();
+        let p = HopPacer {
+            round: ms_(16),
+            calls: ms_(50),
+            first_audio: Some(t0),
+            least: 10,
+        };
+        // 0.4 s sent from t0, now at t0: as above
+        assert_eq!(p.next_hop(t0, 30, 3, 3, 9_600, 24_000), 16);
+        // 200 ms later the listener has 200 ms left: nothing fits, the shortest hop
+        assert_eq!(p.next_hop(t0 + ms_(200), 30, 3, 3, 9_600, 24_000), 10);
+        // a first chunk going out now counts from now
+        let first = HopPacer {
+            first_audio: None,
+            ..p
+        };
+        assert_eq!(first.next_hop(t0 + ms_(200), 30, 3, 3, 9_600, 24_000), 16);
+        // 1.2 s sent: 960 ms usable, 56 rounds, below the plan
+        assert_eq!(p.next_hop(t0, 120, 3, 3, 28_800, 24_000), 56);
+        // a plan shorter than the shortest hop stays
+        assert_eq!(p.next_hop(t0 + ms_(900), 4, 3, 3, 9_600, 24_000), 4);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! made a chunk's frames before the look-ahead tokens that `generate` had, and at HiFT's joins
 //! (see [`StreamingSynth`]).
 use super::core::{TtsCore, SPEECH_VOCAB_SIZE};
+use super::schedule::HopPacer;
 use crate::captions::{SentenceTiming, Timeline};
 use crate::checkpoint::Variant;
 use crate::crossfade::Crossfader;
@@ -223,6 +224,11 @@ pub struct SpeechStream<'a> {
     captions: Vec<SentenceTiming>,
     /// Those of `captions` not yet handed out in a chunk.
     captions_due: Vec<SentenceTiming>,
+    /// Batched, live, in a batch that fits each hop: chooses each sentence's next hop when a
+    /// chunk is made ([`super::schedule::fitted_hop`]).
+    pacer: Option<HopPacer>,
+    /// Hops [`Self::pacer`] chose shorter than planned, not yet counted by the batch.
+    fitted: u64,
 }
 
 impl<'a> SpeechStream<'a> {
@@ -277,6 +283,8 @@ impl<'a> SpeechStream<'a> {
             cuts_due: Vec::new(),
             captions: Vec::new(),
             captions_due: Vec::new(),
+            pacer: None,
+            fitted: 0,
         })
     }
 
@@ -494,6 +502,41 @@ impl<'a> SpeechStream<'a> {
         self.opts.stream = schedule;
     }
 
+    /// Sets (or, `None`, clears) what chooses the current sentence's next hop each time it
+    /// makes a chunk.
+    pub(crate) fn set_pacer(&mut self, pacer: Option<HopPacer>) {
+        self.pacer = pacer;
+    }
+
+    /// Hops the pacer chose shorter than planned since the last call.
+    pub(crate) fn take_fitted_hops(&mut self) -> u64 {
+        std::mem::take(&mut self.fitted)
+    }
+
+    /// With a pacer, right after a chunk went out: the hop of the current sentence's next
+    /// chunk, shortened where its listener would run out before the planned one is made.
+    fn fit_next_hop(&mut self) -> Result<()> {
+        let emitted = self.samples_emitted();
+        let (Some(pacer), Some(s)) = (self.pacer, self.sentence.as_mut()) else {
+            return Ok(());
+        };
+        let synth = &mut s.synth;
+        let planned = synth.next_hop();
+        let hop = pacer.next_hop(
+            std::time::Instant::now(),
+            planned,
+            synth.pending_tokens(),
+            synth.lookahead(),
+            emitted,
+            S3GEN_SR,
+        );
+        if hop < planned {
+            synth.set_next_hop(hop)?;
+            self.fitted += 1;
+        }
+        Ok(())
+    }
+
     /// The chunk schedule of the sentences it starts.
     pub(crate) fn schedule(&self) -> &crate::StreamSchedule {
         &self.opts.stream
@@ -582,6 +625,7 @@ impl<'a> SpeechStream<'a> {
                         s.faded += chunk.audio.len();
                         let out = self.fader.push_part(&chunk.audio);
                         self.emit(out, false)?;
+                        self.fit_next_hop()?;
                     }
                     Some(audio) if !chunk.is_last => audio.extend(chunk.audio),
                     Some(_) => {
