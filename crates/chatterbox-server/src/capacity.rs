@@ -34,6 +34,13 @@ pub(crate) const TOKEN_AUDIO: Duration = Duration::from_millis(40);
 /// grow by the usable share of a token's audio over the round: at 24 ms rounds, by a third).
 pub(crate) const UTILISATION: f64 = 0.6;
 
+/// The longest mean round admission by capacity lets a batch of streams played at speed 1
+/// reach ([`UTILISATION`] of [`TOKEN_AUDIO`]: 24 ms): what a batch's fitted hops plan on at
+/// least ([`PipelineModel::with_round_budget`](crate::PipelineModel::with_round_budget)).
+pub fn round_budget() -> Duration {
+    Capacity::budget(1.0)
+}
+
 /// The batch time over which the costs are measured: a round's weight falls by e every
 /// `WINDOW` of rounds after it.
 pub(crate) const WINDOW: Duration = Duration::from_secs(2);

@@ -30,6 +30,7 @@ mod voices;
 mod voices_api;
 mod worker;
 
+pub use capacity::round_budget;
 pub use config::{ServerConfig, MAX_INPUT_CHARS, OPENAI_MODELS, OPENAI_VOICES};
 pub use encoder::{encode_file, encoder, EncodeError, Encoder};
 pub use engine::{DeviceModels, Loader, MemoryProbe};

@@ -57,6 +57,11 @@ pub struct PipelineModel {
     /// Every how many rounds the chunks that can wait run
     /// ([`PipelineModel::with_chunk_grid`]).
     chunk_grid: Option<usize>,
+    /// Whether live streams' hops are fitted as their chunks are made
+    /// ([`PipelineModel::with_hop_fitting`]).
+    hop_fitting: bool,
+    /// The round fitted hops plan on at least ([`PipelineModel::with_round_budget`]).
+    round_budget: Option<std::time::Duration>,
     /// The last batch's measured pace, which the next one starts from.
     pace: std::sync::Mutex<chatterbox_pipeline::Pace>,
 }
@@ -66,8 +71,9 @@ impl PipelineModel {
         let (builtin, device) =
             with_model!(&inner, m => (m.conditionals().cloned(), m.t3().device().clone()));
         let voice_set = builtin.is_some();
-        let paced_schedule = device.is_cuda();
-        let chunk_grid = device.is_cuda().then_some(CHUNK_GRID);
+        // the batching measured on CUDA (docs/benchmarks.md); elsewhere a batch's audio equals
+        // its requests' own, whatever the load
+        let cuda = device.is_cuda();
         Self {
             inner,
             builtin,
@@ -76,8 +82,10 @@ impl PipelineModel {
             batching: None,
             chunks_per_call: chatterbox_pipeline::CHUNKS_PER_CALL,
             horizon: None,
-            paced_schedule,
-            chunk_grid,
+            paced_schedule: cuda,
+            chunk_grid: cuda.then_some(CHUNK_GRID),
+            hop_fitting: cuda,
+            round_budget: cuda.then(crate::capacity::round_budget),
             pace: std::sync::Mutex::default(),
         }
     }
@@ -123,6 +131,23 @@ impl PipelineModel {
     /// docs/benchmarks.md), `None` elsewhere (every chunk runs in the round it falls due).
     pub fn with_chunk_grid(mut self, every: Option<usize>) -> Self {
         self.chunk_grid = every;
+        self
+    }
+
+    /// With batching on, whether a live stream's next hop is fitted, when its chunk before
+    /// is made, to what its listener has left (`SpeechBatch::set_hop_fitting`). Default: on
+    /// on CUDA (measured there, docs/benchmarks.md), off elsewhere.
+    pub fn with_hop_fitting(mut self, on: bool) -> Self {
+        self.hop_fitting = on;
+        self
+    }
+
+    /// With batching on, the round fitted hops plan on at least
+    /// (`SpeechBatch::set_round_budget`). Default: on CUDA [`crate::round_budget`], the longest
+    /// mean round admission by capacity lets a batch reach, so that a long hop chosen in quiet
+    /// rounds is still made in time when the load grows; `None` elsewhere.
+    pub fn with_round_budget(mut self, budget: Option<std::time::Duration>) -> Self {
+        self.round_budget = budget;
         self
     }
 }
@@ -317,6 +342,8 @@ impl SpeechModel for PipelineModel {
                     batch.set_horizon(self.horizon);
                     batch.set_paced_schedule(self.paced_schedule);
                     batch.set_chunk_grid(self.chunk_grid);
+                    batch.set_hop_fitting(self.hop_fitting);
+                    batch.set_round_budget(self.round_budget);
                     batch.set_pace(*self.pace.lock().unwrap_or_else(|e| e.into_inner()));
                     batch
                 },

@@ -544,6 +544,7 @@ fn serve_batch(
                     chunks_per_vocoder_call =
                         t.vocoder_chunks as f64 / t.vocoder_calls.max(1) as f64,
                     paced_sentences = t.paced_sentences,
+                    fitted_hops = t.fitted_hops,
                     "batch drained"
                 );
             }

@@ -22,6 +22,10 @@
 //! `CHATTERBOX_SERVE_GRID=N`: chunks that can wait run every `N`th round, together
 //! (`PipelineModel::with_chunk_grid`; 0: every chunk in the round it falls due; unset: the
 //! server's default, `chatterbox_server::CHUNK_GRID` on CUDA).
+//! `CHATTERBOX_SERVE_FIT=0|1|2`: live streams' hops are not fitted as their chunks are made,
+//! fitted on the measured and forecast rounds, or on those and at least admission's round
+//! budget (`PipelineModel::with_hop_fitting`, `with_round_budget`; unset: the server's
+//! default, 2 on CUDA).
 //!
 //! Request length: random weights rarely draw the stop token, so every request runs to its
 //! token cap. The bench wraps the model in a [`SpeechModel`] that caps `max_new_tokens` at a
@@ -269,6 +273,15 @@ async fn bench_main() -> anyhow::Result<()> {
                     0 => None,
                     every => Some(every),
                 }),
+                Err(_) => inner,
+            };
+            let inner = match std::env::var("CHATTERBOX_SERVE_FIT") {
+                Ok(_) => {
+                    let fit = env_usize("CHATTERBOX_SERVE_FIT", 0);
+                    inner
+                        .with_hop_fitting(fit != 0)
+                        .with_round_budget((fit == 2).then(chatterbox_server::round_budget))
+                }
                 Err(_) => inner,
             };
             Ok(vec![Box::new(Capped { inner, cap })])
