@@ -6,8 +6,9 @@
 //! flow call every stream's audio is its solo stream's to the bit (batched T3 draws the solo
 //! tokens in f32, chatterbox-t3's `tests/cuda_batch.rs`); with shared, padded flow calls it is
 //! within [`SHARED_TOL`] of the solo audio's peak. In bf16 (as served), where batched T3 GEMMs
-//! may flip random weights' near-ties, every stream of three batches of 64 must end with
-//! finite, non-silent audio: no stream fails (on per-thread streams, unwaited batched calls
+//! may flip random weights' near-ties, every stream of three batches of 64 (two of them
+//! scheduled as served: paced, on a chunk grid, hops fitted) must end with finite, non-silent
+//! audio: no stream fails (on per-thread streams, unwaited batched calls
 //! gave NaN mels under load).
 //!
 //! The watermark is Perth: the shipped weights when `CHATTERBOX_PERTH` names
@@ -107,22 +108,31 @@ fn batched(
     n: usize,
     chunks_per_call: usize,
 ) -> Vec<Vec<f32>> {
-    batched_of(tts, conds, n, chunks_per_call, TOKENS)
+    batched_of(tts, conds, n, chunks_per_call, TOKENS, false)
 }
 
-/// [`batched`] with `tokens` per stream at most.
+/// [`batched`] with `tokens` per stream at most; `served`: scheduled as `chatterbox serve`
+/// schedules a batch on CUDA (paced schedules, a chunk grid of 10 rounds, hops fitted on at
+/// least a 24 ms round), whose chunks then depend on the batch's timing.
 fn batched_of(
     tts: &ChatterboxTurboTts,
     conds: &Conditionals,
     n: usize,
     chunks_per_call: usize,
     tokens: usize,
+    served: bool,
 ) -> Vec<Vec<f32>> {
     let opts = BatchOptions::default()
         .with_slots(n)
         .with_positions(tokens + 512);
     let mut batch = tts.batch(opts).unwrap();
     batch.set_chunks_per_call(chunks_per_call);
+    if served {
+        batch.set_paced_schedule(true);
+        batch.set_chunk_grid(Some(10));
+        batch.set_hop_fitting(true);
+        batch.set_round_budget(Some(std::time::Duration::from_millis(24)));
+    }
     for i in 0..n {
         let (text, o) = job_of(i, tokens);
         batch.add(conds, &text, &o).unwrap();
@@ -130,11 +140,13 @@ fn batched_of(
     let out = batch.finish_all();
     let t = batch.timings();
     println!(
-        "{n} streams: {} rounds, {} flow calls of {:.1} chunks, {} HiFT calls",
+        "{n} streams{}: {} rounds, {} flow calls of {:.1} chunks, {} HiFT calls, {} hops fitted",
+        if served { " (as served)" } else { "" },
         t.rounds,
         t.flow_calls,
         t.flow_chunks as f64 / t.flow_calls.max(1) as f64,
-        t.vocoder_calls
+        t.vocoder_calls,
+        t.fitted_hops
     );
     if chunks_per_call > 1 {
         assert!(t.flow_chunks > t.flow_calls, "no flow call was shared");
@@ -180,8 +192,9 @@ fn f32_streams_in_a_batch_equal_their_solo_streams() {
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn bf16_streams_in_a_batch_all_finish_with_finite_audio() {
     let (tts, conds) = model(DType::BF16);
-    for _ in 0..3 {
-        let got = batched(&tts, &conds, 64, chatterbox_pipeline::CHUNKS_PER_CALL);
+    for served in [false, true, true] {
+        let cpc = chatterbox_pipeline::CHUNKS_PER_CALL;
+        let got = batched_of(&tts, &conds, 64, cpc, TOKENS, served);
         for (i, audio) in got.iter().enumerate() {
             assert!(
                 audio.iter().all(|v| v.is_finite()),
@@ -195,14 +208,14 @@ fn bf16_streams_in_a_batch_all_finish_with_finite_audio() {
 }
 
 /// A batch small enough for `compute-sanitizer` (which runs kernels ~100x slower): 8 bf16
-/// streams of 40 tokens, watermarked, sharing flow and HiFT calls; every stream ends with
+/// streams of 40 tokens, watermarked, sharing flow and HiFT calls as served; every stream ends with
 /// finite, non-silent audio. Run under `compute-sanitizer --tool memcheck
 /// --track-stream-ordered-races all` with `--exact a_small_batch_runs_clean` (docs/cuda.md).
 #[test]
 #[cfg_attr(not(feature = "cuda"), ignore = "needs --features cuda and a GPU")]
 fn a_small_batch_runs_clean() {
     let (tts, conds) = model(DType::BF16);
-    for (i, audio) in batched_of(&tts, &conds, 8, 4, 40).iter().enumerate() {
+    for (i, audio) in batched_of(&tts, &conds, 8, 4, 40, true).iter().enumerate() {
         assert!(
             audio.iter().all(|v| v.is_finite()),
             "stream {i}: not finite"
