@@ -451,6 +451,20 @@ fn bad_streams_fail_alone_and_cancelled_ones_free_their_slot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The tiny Turbo model from a fresh checkpoint folder `name`, and the voice prepared on it
+/// from the test clip.
+fn turbo_model(name: &str) -> (PathBuf, ChatterboxTurboTts, Conditionals) {
+    let dir = checkpoint_dir("turbo", name);
+    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
+    let mut tts =
+        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
+            .unwrap();
+    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
+        .unwrap();
+    let voice = tts.conditionals().cloned().unwrap();
+    (dir, tts, voice)
+}
+
 /// Runs `batch` to the end: each stream's chunks, in the order the streams were added.
 fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
     let mut chunks: Vec<(StreamId, Vec<AudioChunk>)> = Vec::new();
@@ -473,14 +487,7 @@ fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
 
 #[test]
 fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
-    let dir = checkpoint_dir("turbo", "batch-paced");
-    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
-    let mut tts =
-        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
-            .unwrap();
-    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
-        .unwrap();
-    let voice = tts.conditionals().cloned().unwrap();
+    let (dir, tts, voice) = turbo_model("batch-paced");
     let opts_with = |hops: Vec<usize>| {
         let mut o = GenerateOptions::turbo()
             .with_seed(5)
@@ -571,14 +578,8 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
 
 #[test]
 fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
-    let dir = checkpoint_dir("turbo", "batch-grid");
-    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
-    let mut tts =
-        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
-            .unwrap();
-    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
-        .unwrap();
-    let voices = vec![tts.conditionals().cloned().unwrap()];
+    let (dir, tts, voice) = turbo_model("batch-grid");
+    let voices = vec![voice];
     let opts = |seed: u64, max: usize| {
         let mut o = GenerateOptions::turbo()
             .with_seed(seed)
@@ -698,14 +699,7 @@ fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
 
 #[test]
 fn fitted_hops_shrink_to_what_the_listener_has_left() {
-    let dir = checkpoint_dir("turbo", "batch-fitted");
-    let cfg: ChatterboxConfig = serde_json::from_value(fixture_config("turbo")).unwrap();
-    let mut tts =
-        ChatterboxTurboTts::from_dir_with_config(&dir, false, &cfg, &Device::Cpu, DType::F32)
-            .unwrap();
-    tts.prepare_conditionals_from_audio(&clip(132_000, 1.0, 0), 0.0)
-        .unwrap();
-    let voice = tts.conditionals().cloned().unwrap();
+    let (dir, tts, voice) = turbo_model("batch-fitted");
     let opts_with = |hops: Vec<usize>| {
         let mut o = GenerateOptions::turbo()
             .with_seed(7)
