@@ -368,8 +368,6 @@ pub struct StreamingSynth<'a, D: Draws> {
     /// The hop chosen for the next regular chunk instead of its schedule's
     /// ([`set_next_hop`](StreamingSynth::set_next_hop)).
     next_hop: Option<usize>,
-    /// Tokens the last chunk made final (0 before the first).
-    last_hop: usize,
     /// CFM noise of every frame position reached so far, `(1, 80, frames)`.
     noise: Option<Tensor>,
     /// No more tokens: the final chunk is due once the regular ones are made.
@@ -444,7 +442,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
             offset: 0,
             chunks: 0,
             next_hop: None,
-            last_hop: 0,
             noise: None,
             ended: false,
             vocoding: None,
@@ -479,13 +476,8 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         self.s3gen.flow().config().pre_lookahead_len
     }
 
-    /// Tokens the last chunk made final (0 before the first).
-    pub fn last_hop(&self) -> usize {
-        self.last_hop
-    }
-
     /// Makes the next regular chunk final after `hop` tokens instead of its schedule's (a
-    /// batch fitting chunks to its pace does, see `SpeechBatch::set_pacing`); the chunks after
+    /// batch fitting hops to its listeners does, see `SpeechBatch::set_hop_fitting`); the chunks after
     /// it keep the schedule. Choose it between chunks, before asking for the next chunk's
     /// [`next_flow`](Self::next_flow): a flow call asked for before no longer matches it
     /// ([`vocode_job`](Self::vocode_job) then refuses its output). A hop too short for the
@@ -698,7 +690,6 @@ impl<'a, D: Draws> StreamingSynth<'a, D> {
         self.offset += hop;
         self.chunks += 1;
         self.next_hop = None;
-        self.last_hop = hop;
         Ok(chunk)
     }
 

@@ -240,7 +240,8 @@ impl<'a> SpeechBatch<'a> {
     /// Sets [`hop_fitting`](Self::hop_fitting): when a live stream makes a chunk, its next hop
     /// is its plan unless its listener, with the audio left to play, would run out before it
     /// is made at the batch's round (the measured mean, or the
-    /// [expected](SpeechBatch::set_expected_round) one where longer) and calls; then it is
+    /// [expected](SpeechBatch::set_expected_round) one or the
+    /// [budget](SpeechBatch::set_round_budget) where longer) and calls; then it is
     /// as long as that allows, never shorter than the schedule's first hop
     /// ([`super::schedule::fitted_hop`]). A stream planned before a crowd arrived then grows
     /// more slowly instead of running dry. Off by default; a fitted stream's audio equals that
@@ -548,7 +549,7 @@ impl<'a> SpeechBatch<'a> {
                     continue;
                 };
                 let id = self.streams[i].id;
-                let (round, decoding) = (self.pace.round(), self.decoder.active());
+                let (mean_round, decoding) = (self.pace.round(), self.decoder.active());
                 let e = &mut self.streams[i];
                 for c in ready {
                     let now = Instant::now();
@@ -565,7 +566,8 @@ impl<'a> SpeechBatch<'a> {
                                 late_ms = (now - due).as_secs_f64() * 1e3,
                                 samples = c.samples.len(),
                                 hops = ?e.stream.schedule().hops,
-                                round_ms = round.map_or(f64::NAN, |r| r.as_secs_f64() * 1e3),
+                                round_ms =
+                                    mean_round.map_or(f64::NAN, |r| r.as_secs_f64() * 1e3),
                                 decoding,
                                 "chunk after its listener ran out"
                             );
