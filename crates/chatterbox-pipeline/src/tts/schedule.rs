@@ -194,7 +194,10 @@ pub(crate) fn paced_hops(
 /// schedule's), unless its listener, who has `slack` of audio left, would run out first. At a
 /// round of `round` (a token each) and the chunk's calls taking `calls`, the chunk may take
 /// [`PACED_UTILISATION`] of the slack to make; `pending` tokens (its `look` look-ahead tokens
-/// among them) are drawn already. Never shorter than `least` (the schedule's first hop).
+/// among them) are drawn already. Never shorter than `least` (the schedule's first hop: down
+/// to the shortest chunk HiFT's overlap allows, 4 tokens, the H200's open loop ran dry
+/// nowhere, but 64 Turbo clients arriving together spiralled into 4-token chunks, 1048 hops
+/// fitted, 42x real time and 60 of 64 streams dry, against 120x and none).
 pub(crate) fn fitted_hop(
     planned: usize,
     least: usize,
