@@ -344,13 +344,7 @@ fn turbo_streams_in_a_batch_equal_their_solo_streams() {
             .unwrap();
         voices.push(tts.conditionals().cloned().unwrap());
     }
-    let opts = |seed: u64, max: usize| {
-        let mut o = GenerateOptions::turbo()
-            .with_seed(seed)
-            .with_stream_schedule(StreamSchedule::new(vec![4, 8]));
-        o.max_new_tokens = max;
-        o
-    };
+    let opts = |seed: u64, max: usize| turbo_opts(seed, vec![4, 8], max);
     let jobs = vec![
         Job {
             voice: 0,
@@ -465,6 +459,15 @@ fn turbo_model(name: &str) -> (PathBuf, ChatterboxTurboTts, Conditionals) {
     (dir, tts, voice)
 }
 
+/// Turbo's options with `seed`, chunks of `hops` tokens and at most `max` tokens.
+fn turbo_opts(seed: u64, hops: Vec<usize>, max: usize) -> GenerateOptions {
+    let mut o = GenerateOptions::turbo()
+        .with_seed(seed)
+        .with_stream_schedule(StreamSchedule::new(hops));
+    o.max_new_tokens = max;
+    o
+}
+
 /// Runs `batch` to the end: each stream's chunks, in the order the streams were added.
 fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
     let mut chunks: Vec<(StreamId, Vec<AudioChunk>)> = Vec::new();
@@ -488,13 +491,7 @@ fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
 #[test]
 fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
     let (dir, tts, voice) = turbo_model("batch-paced");
-    let opts_with = |hops: Vec<usize>| {
-        let mut o = GenerateOptions::turbo()
-            .with_seed(5)
-            .with_stream_schedule(StreamSchedule::new(hops));
-        o.max_new_tokens = 30;
-        o
-    };
+    let opts_with = |hops: Vec<usize>| turbo_opts(5, hops, 30);
     let text = "Hello there, a paced stream.";
     // a pace of 16 ms rounds and 50 ms of calls per chunk: the second chunk of 8 tokens
     // (128 + 50 ms) needs a first chunk of 6 (6 x 40 ms x 0.8 = 192 ms), not 4
@@ -580,13 +577,7 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
 fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
     let (dir, tts, voice) = turbo_model("batch-grid");
     let voices = vec![voice];
-    let opts = |seed: u64, max: usize| {
-        let mut o = GenerateOptions::turbo()
-            .with_seed(seed)
-            .with_stream_schedule(StreamSchedule::new(vec![4, 8]));
-        o.max_new_tokens = max;
-        o
-    };
+    let opts = |seed: u64, max: usize| turbo_opts(seed, vec![4, 8], max);
     // three streams joining one or two rounds apart: their chunks fall due in different rounds
     let jobs = vec![
         Job {
@@ -700,13 +691,7 @@ fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
 #[test]
 fn fitted_hops_shrink_to_what_the_listener_has_left() {
     let (dir, tts, voice) = turbo_model("batch-fitted");
-    let opts_with = |hops: Vec<usize>| {
-        let mut o = GenerateOptions::turbo()
-            .with_seed(7)
-            .with_stream_schedule(StreamSchedule::new(hops));
-        o.max_new_tokens = 30;
-        o
-    };
+    let opts_with = |hops: Vec<usize>| turbo_opts(7, hops, 30);
     let text = "Hello there, a fitted stream.";
     let fast = Pace::assumed(
         Duration::from_micros(1),
