@@ -370,14 +370,7 @@ fn turbo_streams_in_a_batch_equal_their_solo_streams() {
             join_at: 2,
         },
     ];
-    let solo = |c: &Conditionals, j: &Job| {
-        let mut t = tts.clone();
-        t.set_conditionals(c.clone());
-        t.stream(j.text, &j.opts)
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect::<Vec<_>>()
-    };
+    let solo = |c: &Conditionals, j: &Job| turbo_solo(&tts, c, j.text, &j.opts);
     for (slots, chunks_per_call) in [(3, 1), (3, 16), (1, 16)] {
         let opts = BatchOptions::default()
             .with_slots(slots)
@@ -468,6 +461,18 @@ fn turbo_opts(seed: u64, hops: Vec<usize>, max: usize) -> GenerateOptions {
     o
 }
 
+/// `text` streamed on its own by `tts` in the voice of `conds`: its chunks.
+fn turbo_solo(
+    tts: &ChatterboxTurboTts,
+    conds: &Conditionals,
+    text: &str,
+    opts: &GenerateOptions,
+) -> Vec<AudioChunk> {
+    let mut t = tts.clone();
+    t.set_conditionals(conds.clone());
+    t.stream(text, opts).unwrap().map(|c| c.unwrap()).collect()
+}
+
 /// Runs `batch` to the end: each stream's chunks, in the order the streams were added.
 fn chunks_of(batch: &mut SpeechBatch<'_>) -> Vec<Vec<AudioChunk>> {
     let mut chunks: Vec<(StreamId, Vec<AudioChunk>)> = Vec::new();
@@ -533,12 +538,7 @@ fn a_slow_pace_starts_live_streams_on_a_paced_schedule() {
         let chunks = chunks_of(&mut batch);
         (chunks, batch.timings().paced_sentences)
     };
-    let solo = |hops: Vec<usize>| {
-        tts.stream(text, &opts_with(hops))
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect::<Vec<_>>()
-    };
+    let solo = |hops: Vec<usize>| turbo_solo(&tts, &voice, text, &opts_with(hops));
     let own = solo(vec![4, 8]);
     let paced = solo(vec![6, 8]);
     assert_ne!(paced, own);
@@ -644,14 +644,7 @@ fn a_chunk_grid_gathers_the_chunks_that_can_wait() {
         }
         (out, batch.timings().flow_calls, on_grid)
     };
-    let solo = |c: &Conditionals, j: &Job| {
-        let mut t = tts.clone();
-        t.set_conditionals(c.clone());
-        t.stream(j.text, &j.opts)
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect::<Vec<_>>()
-    };
+    let solo = |c: &Conditionals, j: &Job| turbo_solo(&tts, c, j.text, &j.opts);
     let fast = Pace::assumed(ms(1), ms(1), ms(1));
     // kept whole, nothing is urgent: the calls run on the grid only, fewer and shared
     let (free, free_calls, _) = run(None, fast, false);
@@ -720,12 +713,7 @@ fn fitted_hops_shrink_to_what_the_listener_has_left() {
         let chunks = chunks_of(&mut batch);
         (chunks, batch.timings().fitted_hops)
     };
-    let solo = |hops: Vec<usize>| {
-        tts.stream(text, &opts_with(hops))
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect::<Vec<_>>()
-    };
+    let solo = |hops: Vec<usize>| turbo_solo(&tts, &voice, text, &opts_with(hops));
     let own = solo(vec![4, 8]);
     let fours = solo(vec![4]);
     assert_ne!(own, fours);
